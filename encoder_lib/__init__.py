@@ -1,0 +1,42 @@
+"""encoder_lib: the Transformer Encoder Lab's reference implementation.
+
+Conventions used throughout: batch-first tensors ``(B, L, D)``; boolean masks with
+True = may attend; attention returns ``(output, weights_or_None)``; parameter names match
+PyTorch's own modules, and every module converts both ways with ``from_torch``/``to_torch``.
+"""
+
+from .attention import MultiHeadAttention, scaled_dot_product_attention
+from .embeddings import (
+    LearnedPositionalEmbedding,
+    SinusoidalPositionalEncoding,
+    TokenEmbedding,
+    sinusoidal_table,
+)
+from .encoder import EncoderLayer, TransformerEncoder
+from .feed_forward import FeedForward
+from .layer_norm import LayerNorm
+from .masks import causal_mask, padding_mask
+from .model import EncoderConfig, SentenceEncoder
+from .text import Vocabulary, load_corpus, tokenize
+
+__all__ = [
+    "scaled_dot_product_attention",
+    "MultiHeadAttention",
+    "LayerNorm",
+    "FeedForward",
+    "TokenEmbedding",
+    "sinusoidal_table",
+    "SinusoidalPositionalEncoding",
+    "LearnedPositionalEmbedding",
+    "EncoderLayer",
+    "TransformerEncoder",
+    "padding_mask",
+    "causal_mask",
+    "tokenize",
+    "Vocabulary",
+    "load_corpus",
+    "EncoderConfig",
+    "SentenceEncoder",
+]
+
+__version__ = "0.1.0"

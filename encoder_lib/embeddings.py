@@ -1,0 +1,100 @@
+"""Token embeddings and the two kinds of positional information: sinusoidal and learned."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from ._checks import check_last_dim, check_rank, check_token_ids
+
+__all__ = [
+    "TokenEmbedding",
+    "sinusoidal_table",
+    "SinusoidalPositionalEncoding",
+    "LearnedPositionalEmbedding",
+]
+
+
+class TokenEmbedding(nn.Module):
+    r"""Token ids ``(B, L)`` to vectors ``(B, L, D)``, multiplied by sqrt(D) as in the paper
+    (so that they are not drowned by the positional encoding, whose entries lie in [-1, 1]).
+
+    Args:
+        vocab_size: number of token ids.
+        d_model: D.
+        padding_idx: id whose vector is zero and receives no gradient.
+        scale: multiply by sqrt(D) (default True).
+    """
+
+    def __init__(
+        self, vocab_size: int, d_model: int, padding_idx: int | None = None, scale: bool = True
+    ):
+        super().__init__()
+        self.embedding = nn.Embedding(vocab_size, d_model, padding_idx=padding_idx)
+        self.scale = math.sqrt(d_model) if scale else 1.0
+
+    def forward(self, token_ids: torch.Tensor) -> torch.Tensor:
+        check_token_ids("token_ids", token_ids, self.embedding.num_embeddings)
+        return self.embedding(token_ids.long()) * self.scale  # (B, L, D)
+
+
+def sinusoidal_table(max_len: int, d_model: int) -> torch.Tensor:
+    r"""The ``(max_len, D)`` table PE[pos, 2i] = sin(pos / 10000^(2i/D)),
+    PE[pos, 2i+1] = cos(pos / 10000^(2i/D)): sine and cosine *interleaved* along D."""
+    if d_model % 2 != 0:
+        raise ValueError(
+            f"d_model (D = {d_model}) must be even for sinusoidal encoding: each frequency fills "
+            "a (sin, cos) pair of columns"
+        )
+    position = torch.arange(max_len, dtype=torch.float64)[:, None]  # (max_len, 1)
+    two_i = torch.arange(0, d_model, 2, dtype=torch.float64)  # (D/2,)
+    angle = position / 10000.0 ** (two_i / d_model)  # (max_len, D/2)
+    table = torch.empty(max_len, d_model, dtype=torch.float64)
+    table[:, 0::2] = torch.sin(angle)
+    table[:, 1::2] = torch.cos(angle)
+    return table.to(torch.get_default_dtype())
+
+
+class SinusoidalPositionalEncoding(nn.Module):
+    """Adds the fixed sinusoidal table to batch-first embeddings ``(B, L, D)``.
+
+    The table is a non-persistent buffer: it follows ``.to()`` (device and dtype) and is not
+    saved in the ``state_dict``, because it is a function of the shape alone.
+    """
+
+    def __init__(self, d_model: int, max_len: int = 5000):
+        super().__init__()
+        self.register_buffer("pe", sinusoidal_table(max_len, d_model), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        check_rank("x", x, "(B, L, D)")
+        max_len, D = self.pe.shape
+        check_last_dim("x", x, D)
+        if x.shape[1] > max_len:
+            raise ValueError(
+                f"x has sequence length L = {x.shape[1]} but the positional encoding covers at "
+                f"most max_len = {max_len} positions (x shape {tuple(x.shape)})"
+            )
+        return x + self.pe[: x.shape[1]]  # (L, D) broadcasts over B
+
+
+class LearnedPositionalEmbedding(nn.Module):
+    """Adds one learned vector per position, as BERT and GPT do; it cannot extrapolate past
+    ``max_len``."""
+
+    def __init__(self, max_len: int, d_model: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(max_len, d_model) * 0.02)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        check_rank("x", x, "(B, L, D)")
+        max_len, D = self.weight.shape
+        check_last_dim("x", x, D)
+        if x.shape[1] > max_len:
+            raise ValueError(
+                f"x has sequence length L = {x.shape[1]} but only max_len = {max_len} positions "
+                f"have a learned embedding (x shape {tuple(x.shape)})"
+            )
+        return x + self.weight[: x.shape[1]]
