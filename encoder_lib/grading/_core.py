@@ -1,0 +1,323 @@
+"""The machinery every check shares: failures that name the mistake, traps for the built-ins an
+exercise forbids, and a snapshot that notices when the notebook has rebound torch or encoder_lib.
+
+How a check works: build inputs with a private generator, compute the expected value with
+``encoder_lib`` (the reference) and, where a classic mistake has a recognisable output, the value
+that mistake would give; then call the student's code inside ``student_call`` and compare with
+``expect_close``, which names the matching mistake when there is one.
+
+Integrity (nbgrader is not a sandbox; these are the defences, tested in tests/grading):
+- ``encoder_lib.grading`` is imported by a locked setup cell before any student cell runs; at
+  import it captures a snapshot of torch's, ``torch.nn.functional``'s, ``torch.Tensor``'s,
+  ``torch.testing``'s, ``encoder_lib``'s and a few builtins' attributes. Every check first
+  verifies that nothing in the snapshot was rebound (``torch.allclose = ...``, monkeypatching
+  ``F.scaled_dot_product_attention`` or ``encoder_lib.LayerNorm.forward``) and refuses to grade
+  if something was.
+- The grading modules and ``encoder_lib`` itself refuse attribute assignment, so a checker
+  cannot be replaced by ``grading.check_x = lambda *a: None``.
+- Student outputs must be exactly ``torch.Tensor`` (a subclass could lie in
+  ``__torch_function__``).
+- While the student's code runs, calls to the built-ins that do the exercise's work
+  (``F.scaled_dot_product_attention``, ``F.layer_norm``, ``encoder_lib``'s own answer...) raise
+  ``ForbiddenCallError``.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import math
+import sys
+import types
+import warnings
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+import torch.testing
+from torch import nn
+from torch.overrides import TorchFunctionMode
+
+__all__ = [
+    "GradingError",
+    "ForbiddenCallError",
+    "TamperingError",
+    "verify_untouched",
+    "student_call",
+    "expect_tensor",
+    "expect_shape",
+    "expect_close",
+    "randn",
+    "generator",
+]
+
+
+class GradingError(AssertionError):
+    """A check failed; the message says what is wrong in the student's terms."""
+
+
+class ForbiddenCallError(GradingError):
+    """The student's code called the built-in that this exercise asks them to write."""
+
+
+class TamperingError(GradingError):
+    """The notebook rebound part of torch or encoder_lib; grading is refused."""
+
+
+# --- references captured at import, before any student cell can run -----------------------------
+
+_is = builtins.id  # identity through the id of the captured builtins, not `is` on rebindable names
+_type = builtins.type
+_isinstance = builtins.isinstance
+_Tensor = torch.Tensor
+_allclose = torch.allclose
+_getprofile = sys.getprofile
+_setprofile = sys.setprofile
+
+_BUILTIN_NAMES = (
+    "type isinstance issubclass getattr setattr hasattr len abs max min float int bool sum any "
+    "all range zip iter next callable id repr str print open compile exec eval __import__"
+).split()
+
+
+def _public_attrs(owner: Any) -> Iterator[tuple[str, Any]]:
+    for name, value in list(vars(owner).items()):
+        if not name.startswith("__") or name in ("__call__", "__matmul__", "__init__"):
+            yield name, value
+
+
+def _snapshot_targets() -> list[Any]:
+    import encoder_lib
+
+    owners: list[Any] = [torch, F, _Tensor, torch.testing, torch.linalg, torch.special, math]
+    owners += [
+        cls for cls in vars(nn).values() if _isinstance(cls, type) and issubclass(cls, nn.Module)
+    ]
+    lib_modules = [m for name, m in sys.modules.items() if name.startswith("encoder_lib") and m]
+    owners += lib_modules
+    owners += [v for v in vars(encoder_lib).values() if _isinstance(v, type)]
+    return owners
+
+
+def _take_snapshot() -> list[tuple[Any, str, int]]:
+    entries = [(builtins, name, _is(getattr(builtins, name))) for name in _BUILTIN_NAMES]
+    for owner in _snapshot_targets():
+        for name, value in _public_attrs(owner):
+            if _isinstance(value, types.ModuleType):
+                continue
+            entries.append((owner, name, _is(value)))
+    return entries
+
+
+_SNAPSHOT: list[tuple[Any, str, int]] = []
+_KEEP_ALIVE: list[Any] = []  # ids are only unique while the objects live
+
+
+def take_snapshot() -> None:
+    """Record the current torch/encoder_lib attributes; called once when grading is imported."""
+    _SNAPSHOT[:] = _take_snapshot()
+    _KEEP_ALIVE[:] = [getattr(owner, name, None) for owner, name, _ in _SNAPSHOT]
+
+
+def verify_untouched() -> None:
+    """Raise ``TamperingError`` naming the first rebound attribute, if any."""
+    for owner, name, ident in _SNAPSHOT:
+        namespace = vars(owner)
+        if name not in namespace or _is(namespace[name]) != ident:
+            where = getattr(owner, "__name__", repr(owner))
+            raise TamperingError(
+                f"{where}.{name} was replaced or deleted in this notebook. Grading compares your "
+                "work with the real torch and encoder_lib, so it refuses to run. Restart the "
+                "kernel and remove the cell that rebinds it."
+            )
+
+
+class _ReadOnlyModule(types.ModuleType):
+    """A module whose existing attributes cannot be rebound or deleted (new ones may be added,
+    as the import system does for submodules)."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in vars(self):
+            raise AttributeError(
+                f"{self.__name__}.{name} is read-only while grading is loaded: the course's "
+                "reference and checkers cannot be replaced"
+            )
+        super().__setattr__(name, value)
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"{self.__name__}.{name} is read-only while grading is loaded")
+
+
+def make_read_only(module: types.ModuleType) -> None:
+    module.__class__ = _ReadOnlyModule
+
+
+# --- traps for forbidden built-ins ---------------------------------------------------------------
+
+
+class _ForbidTorch(TorchFunctionMode):
+    def __init__(self, forbidden: Mapping[Any, str], exercise: str):
+        super().__init__()
+        self.forbidden = {_is(f): name for f, name in forbidden.items()}
+        self.exercise = exercise
+        self.violation: str | None = None
+
+    def __torch_function__(self, func, types_, args=(), kwargs=None):
+        name = self.forbidden.get(_is(func))
+        if name is not None:
+            self.violation = self.violation or name
+            raise ForbiddenCallError(_forbidden_message(self.exercise, name))
+        return func(*args, **(kwargs or {}))
+
+
+def _forbidden_message(exercise: str, name: str) -> str:
+    return (
+        f"{exercise} calls {name}, which already does what this exercise asks you to write, so "
+        "it earns no points. Write it yourself from basic tensor operations (matmul, softmax, "
+        "mean, ...); you may use it afterwards to check your answer."
+    )
+
+
+@contextlib.contextmanager
+def student_call(
+    exercise: str,
+    forbidden_torch: Mapping[Any, str] | None = None,
+    forbidden_python: Iterable[Callable] = (),
+) -> Iterator[None]:
+    """Run the student's code for ``exercise`` with its forbidden built-ins trapped.
+
+    ``forbidden_torch`` maps torch functions (``F.layer_norm``...) to the name shown in the
+    message; they are trapped with a ``TorchFunctionMode``, which also sees calls made through
+    ``nn.LayerNorm`` or aliases. ``forbidden_python`` lists Python functions or classes (e.g.
+    ``encoder_lib.LayerNorm``) whose code must not run; a profiler hook watches for their code
+    objects. Warnings are silenced (nbgrader scores any stderr output 0) and any exception other
+    than a ``GradingError`` becomes a ``GradingError`` that says where it came from.
+    """
+    verify_untouched()
+    codes: dict[Any, str] = {}
+    for obj in forbidden_python:
+        for fn in _functions_of(obj):
+            codes[fn.__code__] = f"{obj.__module__}.{obj.__qualname__}"
+    seen: list[str] = []
+
+    def profiler(frame, event, arg):
+        if event == "call" and frame.f_code in codes:
+            seen.append(codes[frame.f_code])
+
+    mode = _ForbidTorch(forbidden_torch or {}, exercise)
+    previous = _getprofile()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with mode:
+                _setprofile(profiler if codes else previous)
+                try:
+                    yield
+                finally:
+                    still_ours = _getprofile() is (profiler if codes else previous)
+                    _setprofile(previous)
+    except GradingError:
+        raise
+    except NotImplementedError as e:
+        raise GradingError(
+            f"{exercise} is not written yet: replace `raise NotImplementedError()` with your code."
+        ) from e
+    except Exception as e:
+        raise GradingError(f"{exercise} raised {type(e).__name__}: {e}") from e
+    if not still_ours:
+        raise TamperingError(f"{exercise} changed the interpreter's profiler; grading refused.")
+    if mode.violation:
+        raise ForbiddenCallError(_forbidden_message(exercise, mode.violation))
+    if seen:
+        raise ForbiddenCallError(_forbidden_message(exercise, seen[0]))
+    verify_untouched()
+
+
+def _functions_of(obj: Any) -> list[Any]:
+    if _isinstance(obj, type):
+        found = []
+        for value in vars(obj).values():
+            value = getattr(value, "__func__", value)
+            if hasattr(value, "__code__"):
+                found.append(value)
+        return found
+    return [obj] if hasattr(obj, "__code__") else []
+
+
+# --- comparisons that explain themselves ---------------------------------------------------------
+
+
+def expect_tensor(x: Any, what: str) -> torch.Tensor:
+    if _type(x) is not _Tensor:
+        raise GradingError(
+            f"{what} should be a torch.Tensor, got {_type(x).__module__}.{_type(x).__qualname__}"
+            + (
+                " (a Tensor subclass: return a plain torch.Tensor)"
+                if _isinstance(x, _Tensor)
+                else ""
+            )
+        )
+    return x
+
+
+def expect_shape(x: Any, shape: tuple[int, ...], what: str, letters: str = "") -> torch.Tensor:
+    """``letters`` spells the expected shape in the course's letters, e.g. ``"(B, L, D)"``."""
+    expect_tensor(x, what)
+    if tuple(x.shape) != tuple(shape):
+        hint = ""
+        if sorted(x.shape) == sorted(shape):
+            hint = " The sizes are right but in the wrong order: check your transposes."
+        raise GradingError(
+            f"{what} has the wrong shape: expected {letters + ' = ' if letters else ''}"
+            f"{tuple(shape)}, got {tuple(x.shape)}.{hint}"
+        )
+    return x
+
+
+def _close(a: torch.Tensor, b: torch.Tensor, atol: float, rtol: float) -> bool:
+    if a.shape != b.shape:
+        return False
+    with torch.no_grad():
+        a64, b64 = a.detach().to(torch.float64), b.detach().to(torch.float64)
+        return bool(_allclose(a64, b64, rtol=rtol, atol=atol, equal_nan=False))
+
+
+def expect_close(
+    actual: Any,
+    expected: torch.Tensor,
+    what: str,
+    mistakes: Mapping[str, torch.Tensor] | None = None,
+    atol: float = 1e-6,
+    rtol: float = 1e-5,
+) -> None:
+    """Fail unless ``actual`` equals ``expected``; when it equals the output of a known mistake
+    (``mistakes`` maps a description to the output that mistake gives), say which one."""
+    expect_shape(actual, tuple(expected.shape), what)
+    if _close(actual, expected, atol, rtol):
+        return
+    for description, wrong in (mistakes or {}).items():
+        if _close(actual, wrong, atol, rtol):
+            raise GradingError(f"{what} is wrong: {description}")
+    with torch.no_grad():
+        diff = (actual.detach().to(torch.float64) - expected.detach().to(torch.float64)).abs()
+        flat = int(diff.nan_to_num(math.inf).argmax())
+        index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), diff.shape))
+    nan = " It contains NaN." if bool(torch.isnan(actual).any()) else ""
+    raise GradingError(
+        f"{what} does not match the reference: the largest difference is "
+        f"{float(diff.nan_to_num(math.inf).max()):.3g} at index {index} "
+        f"(got {float(actual.detach()[index]):.6g}, expected {float(expected[index]):.6g}).{nan}"
+    )
+
+
+# --- inputs --------------------------------------------------------------------------------------
+
+
+def generator(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def randn(*shape: int, seed: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """Reproducible inputs from a private generator (the notebook's global seed is untouched)."""
+    return torch.randn(*shape, generator=generator(seed), dtype=dtype)

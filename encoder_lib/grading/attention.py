@@ -1,0 +1,3 @@
+"""Checks for the attention notebook (placeholder: being written)."""
+
+__all__: list[str] = []

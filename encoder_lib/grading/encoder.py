@@ -1,0 +1,3 @@
+"""Checks for the encoder notebook (placeholder: being written)."""
+
+__all__: list[str] = []

@@ -1,0 +1,3 @@
+"""Checks for the feed_forward notebook (placeholder: being written)."""
+
+__all__: list[str] = []
