@@ -11,13 +11,24 @@ nothing and returns None when all is right. ``thorough=True`` adds the hidden te
 
 import sys as _sys
 
-from . import _core
+from . import _core, attention, encoder, feed_forward, layer_norm, multi_head
 from ._core import ForbiddenCallError, GradingError, TamperingError
 from .attention import *  # noqa: F403
 from .encoder import *  # noqa: F403
 from .feed_forward import *  # noqa: F403
 from .layer_norm import *  # noqa: F403
 from .multi_head import *  # noqa: F403
+
+__all__ = [
+    "ForbiddenCallError",
+    "GradingError",
+    "TamperingError",
+    *attention.__all__,
+    *multi_head.__all__,
+    *layer_norm.__all__,
+    *feed_forward.__all__,
+    *encoder.__all__,
+]
 
 for _name, _module in list(_sys.modules.items()):
     if _name == "encoder_lib" or _name.startswith("encoder_lib."):
