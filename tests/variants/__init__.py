@@ -1,0 +1,41 @@
+"""Answers written the way students write them, shared by the grader unit tests
+(tests/grading) and the end-to-end nbgrader tests (tests/pipeline).
+
+Each assignment has a module here (``a01_self_attention.py`` ...) defining ``BUGGY`` and
+``CORRECT``: lists of ``Variant``. A variant is the complete source of one answer cell. The unit
+tests execute it in a namespace like the notebook's and run the check; the pipeline tests paste
+it into a student's copy of the notebook and autograde it with nbgrader.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+
+ASSIGNMENTS = (
+    "01_self_attention",
+    "02_multi_head_attention",
+    "03_layer_norm",
+    "04_feed_forward",
+    "05_encoder",
+)
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    """Short identifier, e.g. ``"scale_by_d_model"``."""
+    cell: str
+    """grade_id of the answer cell whose whole source ``source`` replaces."""
+    source: str
+    """The cell as a student would write it (including the ``def``/``class`` line)."""
+    fails: tuple[str, ...] = ()
+    """grade_ids of the test cells that must score 0; every other test cell keeps full marks."""
+    says: str = ""
+    """Words the failure message must contain (case-insensitive), naming the mistake."""
+
+
+def load(assignment: str) -> tuple[list[Variant], list[Variant]]:
+    """``(BUGGY, CORRECT)`` for an assignment such as ``"03_layer_norm"``."""
+    module = importlib.import_module(f"variants.a{assignment}")
+    return list(module.BUGGY), list(module.CORRECT)

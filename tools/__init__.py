@@ -1,0 +1,1 @@
+"""Maintenance scripts for the course (run from the repository root; see README)."""
