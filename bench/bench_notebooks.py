@@ -1,0 +1,70 @@
+"""Run All of every solution notebook: wall time and the kernel's peak memory.
+
+    python bench/bench_notebooks.py [--repeat N] [ASSIGNMENT ...]
+
+Targets (issue 3): each notebook's Run All within 15 s and 1 GB peak on a 2-core laptop. The
+kernel start is timed separately (it is paid once per notebook whatever the notebook does).
+Peak memory is the kernel process's high-water mark of resident memory (VmHWM in /proc).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tools.build_course import SOLUTIONS, assignments
+
+TIME_TARGET_S = 15.0
+MEMORY_TARGET_MB = 1024.0
+
+
+def _peak_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def run_once(path: Path) -> tuple[float, float, float]:
+    """(kernel start s, run all s, peak RSS MB) for one fresh kernel."""
+    nb = nbformat.read(path, as_version=4)
+    client = NotebookClient(
+        nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
+    )
+    t0 = time.perf_counter()
+    with client.setup_kernel():
+        started = time.perf_counter()
+        for index, cell in enumerate(nb.cells):
+            client.execute_cell(cell, index)
+        finished = time.perf_counter()
+        peak = _peak_rss_mb(client.km.provisioner.process.pid)
+    return started - t0, finished - started, peak
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("assignments", nargs="*")
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    names = args.assignments or assignments()
+    header = f"{'notebook':<26} {'kernel start s':>14} {'run all s':>10} {'peak MB':>8}"
+    print(header + "  within 15 s / 1 GB")
+    for name in names:
+        runs = [run_once(SOLUTIONS / name / f"{name}.ipynb") for _ in range(args.repeat)]
+        start = statistics.median(r[0] for r in runs)
+        run_all = statistics.median(r[1] for r in runs)
+        peak = max(r[2] for r in runs)
+        ok = run_all <= TIME_TARGET_S and peak <= MEMORY_TARGET_MB
+        print(f"{name:<26} {start:>14.2f} {run_all:>10.2f} {peak:>8.0f}  {'yes' if ok else 'NO'}")
+    print(f"(medians of {args.repeat} runs; peak = largest of the runs)")
+
+
+if __name__ == "__main__":
+    main()
