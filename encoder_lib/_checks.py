@@ -31,7 +31,11 @@ def check_mask(mask: torch.Tensor | None, target: tuple[int, ...], layout: str) 
     if mask is None:
         return
     if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
-        got = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
+        got = (
+            f"{mask.dtype} with shape {tuple(mask.shape)}"
+            if isinstance(mask, torch.Tensor)
+            else type(mask).__name__
+        )
         raise ValueError(
             f"mask must be a boolean tensor (True = may attend) broadcastable to {layout} = "
             f"{target}, got {got}"
@@ -50,10 +54,11 @@ def check_token_ids(name: str, ids: torch.Tensor, vocab_size: int) -> None:
     check_rank(name, ids, "(B, L)")
     if ids.dtype not in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8):
         raise ValueError(
-            f"{name} must hold integer token ids of shape (B, L), got dtype {ids.dtype}"
+            f"{name} must hold integer token ids of shape (B, L), got dtype {ids.dtype} "
+            f"with shape {tuple(ids.shape)}"
         )
     if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= vocab_size):
         raise ValueError(
             f"{name} must hold ids in [0, {vocab_size}) (the vocabulary size), "
-            f"got values from {int(ids.min())} to {int(ids.max())}"
+            f"got values from {int(ids.min())} to {int(ids.max())} in shape {tuple(ids.shape)}"
         )

@@ -178,8 +178,11 @@ class MultiHeadAttention(nn.Module):
         ours = cls(
             module.embed_dim, module.num_heads, module.dropout, module.in_proj_bias is not None
         )
+        # Convert before loading: load_state_dict copies into the existing (default-dtype)
+        # parameters, which would round float64 weights to float32.
+        ours = ours.to(module.in_proj_weight).train(module.training)
         ours.load_state_dict(module.state_dict())
-        return ours.to(module.in_proj_weight)
+        return ours
 
     def to_torch(self) -> nn.MultiheadAttention:
         """The equivalent ``nn.MultiheadAttention(batch_first=True)`` with a copy of our weights."""
@@ -189,6 +192,6 @@ class MultiHeadAttention(nn.Module):
             self.dropout,
             bias=self.in_proj_bias is not None,
             batch_first=True,
-        )
+        ).to(self.in_proj_weight)
         theirs.load_state_dict(self.state_dict())
-        return theirs.to(self.in_proj_weight).train(self.training)
+        return theirs.train(self.training)

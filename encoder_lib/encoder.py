@@ -106,9 +106,9 @@ class EncoderLayer(nn.Module):
             activation,
             module.norm_first,
             module.norm1.eps,
-        )
-        ours.load_state_dict(module.state_dict())
-        return ours.to(module.linear1.weight).train(module.training)
+        ).to(module.linear1.weight)
+        ours.load_state_dict(module.state_dict())  # after .to(): no rounding through float32
+        return ours.train(module.training)
 
     def to_torch(self) -> nn.TransformerEncoderLayer:
         """The equivalent ``nn.TransformerEncoderLayer(batch_first=True)`` with our weights."""
@@ -121,9 +121,9 @@ class EncoderLayer(nn.Module):
             self.norm1.eps,
             batch_first=True,
             norm_first=self.norm_first,
-        )
-        theirs.load_state_dict(self.state_dict())
-        return theirs.to(self.linear1.weight).train(self.training)
+        ).to(self.linear1.weight)
+        theirs.load_state_dict(self.state_dict())  # after .to(): no rounding through float32
+        return theirs.train(self.training)
 
 
 class TransformerEncoder(nn.Module):
@@ -155,14 +155,15 @@ class TransformerEncoder(nn.Module):
             raise TypeError(f"expected nn.TransformerEncoder, got {type(module).__name__}")
         norm = None if module.norm is None else LayerNorm.from_torch(module.norm)
         ours = cls(EncoderLayer.from_torch(module.layers[0]), module.num_layers, norm)
-        ours.load_state_dict(module.state_dict())
-        return ours.to(module.layers[0].linear1.weight).train(module.training)
+        ours = ours.to(module.layers[0].linear1.weight)
+        ours.load_state_dict(module.state_dict())  # after .to(): no rounding through float32
+        return ours.train(module.training)
 
     def to_torch(self) -> nn.TransformerEncoder:
         """The equivalent ``nn.TransformerEncoder`` (batch-first, nested tensors off)."""
         norm = None if self.norm is None else self.norm.to_torch()
         theirs = nn.TransformerEncoder(
             self.layers[0].to_torch(), self.num_layers, norm, enable_nested_tensor=False
-        )
-        theirs.load_state_dict(self.state_dict())
-        return theirs.to(self.layers[0].linear1.weight).train(self.training)
+        ).to(self.layers[0].linear1.weight)
+        theirs.load_state_dict(self.state_dict())  # after .to(): no rounding through float32
+        return theirs.train(self.training)

@@ -51,12 +51,12 @@ class LayerNorm(nn.Module):
                 "only nn.LayerNorm over one dimension with elementwise_affine=True and bias=True "
                 f"has an equivalent LayerNorm, got {module}"
             )
-        ours = cls(module.normalized_shape[0], module.eps)
-        ours.load_state_dict(module.state_dict())
-        return ours.to(module.weight)
+        ours = cls(module.normalized_shape[0], module.eps).to(module.weight)
+        ours.load_state_dict(module.state_dict())  # after .to(): no rounding through float32
+        return ours
 
     def to_torch(self) -> nn.LayerNorm:
         """The equivalent ``nn.LayerNorm`` with a copy of our gain and offset."""
-        theirs = nn.LayerNorm(self.d_model, eps=self.eps)
-        theirs.load_state_dict(self.state_dict())
-        return theirs.to(self.weight)
+        theirs = nn.LayerNorm(self.d_model, eps=self.eps).to(self.weight)
+        theirs.load_state_dict(self.state_dict())  # after .to(): no rounding through float32
+        return theirs
