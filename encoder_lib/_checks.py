@@ -40,11 +40,12 @@ def check_mask(mask: torch.Tensor | None, target: tuple[int, ...], layout: str) 
             f"mask must be a boolean tensor (True = may attend) broadcastable to {layout} = "
             f"{target}, got {got}"
         )
-    try:
-        ok = torch.broadcast_shapes(mask.shape, target) == torch.Size(target)
-    except RuntimeError:
-        ok = False
-    if not ok or mask.dim() > len(target):
+    # Broadcasting aligns shapes from the right; each mask size must be 1 or the target's size.
+    # (Plain Python: torch.broadcast_shapes imports torch._refs, ~1 s on first use.)
+    ok = mask.dim() <= len(target) and all(
+        m in (1, t) for m, t in zip(reversed(mask.shape), reversed(target), strict=False)
+    )
+    if not ok:
         raise ValueError(
             f"mask must broadcast to {layout} = {target}, got shape {tuple(mask.shape)}"
         )
