@@ -1,0 +1,400 @@
+"""The checks of notebook 02 (multi-head attention) accept right answers and name wrong ones.
+
+Every answer is executed in a namespace like the notebook's: the setup cell's imports, then the
+solution notebook's answer cells, with the variant's cell in place of the solution's.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from variants import Variant, load
+
+import encoder_lib
+from encoder_lib import grading
+from encoder_lib.grading import ForbiddenCallError, GradingError
+
+NOTEBOOK = (
+    Path(__file__).resolve().parents[2]
+    / "solutions"
+    / "02_multi_head_attention"
+    / "02_multi_head_attention.ipynb"
+)
+BUGGY, CORRECT = load("02_multi_head_attention")
+
+TEST_OF_CELL = {
+    "split_heads": "test_split_heads",
+    "merge_heads": "test_merge_heads",
+    "multi_head_attention": "test_multi_head_attention",
+}
+CHECKS = {
+    "test_split_heads": lambda ns, thorough: grading.check_split_heads(
+        ns["split_heads"], thorough=thorough
+    ),
+    "test_merge_heads": lambda ns, thorough: grading.check_merge_heads(
+        ns["merge_heads"], thorough=thorough
+    ),
+    "test_multi_head_attention": lambda ns, thorough: grading.check_multi_head_attention(
+        ns["MultiHeadAttention"], thorough=thorough
+    ),
+}
+
+
+def _answer_cells() -> dict[str, str]:
+    cells = json.loads(NOTEBOOK.read_text())["cells"]
+    answers = {}
+    for cell in cells:
+        meta = cell["metadata"].get("nbgrader", {})
+        if meta.get("solution"):
+            answers[meta["grade_id"]] = "".join(cell["source"])
+    assert set(answers) == set(TEST_OF_CELL)
+    return answers
+
+
+ANSWERS = _answer_cells()
+
+
+def _stub(source: str) -> str:
+    """The cell as nbgrader releases it: the solution replaced by the code stub."""
+    pattern = re.compile(r"^( *)### BEGIN SOLUTION\n.*?^ *### END SOLUTION", re.M | re.S)
+    stubbed = pattern.sub(r"\1# YOUR CODE HERE\n\1raise NotImplementedError()", source)
+    assert stubbed != source
+    return stubbed
+
+
+def _namespace(replace: dict[str, str] | None = None) -> dict:
+    ns: dict = {
+        "__name__": "__main__",
+        "math": math,
+        "torch": torch,
+        "F": F,
+        "nn": nn,
+        "encoder_lib": encoder_lib,
+        "grading": grading,
+    }
+    for grade_id, source in ANSWERS.items():
+        exec(compile((replace or {}).get(grade_id, source), grade_id, "exec"), ns)
+    return ns
+
+
+def _run_test_cell(test_id: str, ns: dict) -> GradingError | None:
+    """What the test cell does at autograde: the visible check, then the hidden one."""
+    try:
+        CHECKS[test_id](ns, False)
+        CHECKS[test_id](ns, True)
+    except GradingError as e:
+        return e
+    return None
+
+
+def _mha(forward_body: str, init_extra: str = "") -> str:
+    """A MultiHeadAttention answer with the given __init__ (plus ``init_extra``) and a forward."""
+    return (
+        "class MultiHeadAttention(nn.Module):\n"
+        "    def __init__(self, embed_dim, num_heads, dropout=0.0):\n"
+        "        super().__init__()\n"
+        "        self.embed_dim, self.num_heads = embed_dim, num_heads\n"
+        "        self.head_dim = embed_dim // num_heads\n"
+        "        self.dropout = dropout\n"
+        "        self.q_proj = nn.Linear(embed_dim, embed_dim)\n"
+        "        self.k_proj = nn.Linear(embed_dim, embed_dim)\n"
+        "        self.v_proj = nn.Linear(embed_dim, embed_dim)\n"
+        "        self.out_proj = nn.Linear(embed_dim, embed_dim)\n"
+        + init_extra
+        + "\n    def forward(self, query, key, value, mask=None):\n"
+        + forward_body
+    )
+
+
+# --- the reference solution ----------------------------------------------------------------------
+
+
+def test_reference_solution_passes_silently(capsys, recwarn):
+    ns = _namespace()
+    for test_id in CHECKS:
+        assert _run_test_cell(test_id, ns) is None
+    assert capsys.readouterr() == ("", "")
+    assert len(recwarn) == 0
+
+
+def test_checks_leave_random_state_and_threads_alone():
+    ns = _namespace()
+    threads = torch.get_num_threads()
+    state = torch.get_rng_state()
+    for test_id in CHECKS:
+        CHECKS[test_id](ns, True)
+    assert torch.equal(torch.get_rng_state(), state)
+    assert torch.get_num_threads() == threads
+
+
+def test_variants_are_well_formed():
+    for v in BUGGY + CORRECT:
+        assert v.cell in TEST_OF_CELL, v.name
+        assert set(v.fails) <= set(CHECKS), v.name
+    for v in BUGGY:
+        assert TEST_OF_CELL[v.cell] in v.fails and v.says, v.name
+    assert len({v.name for v in BUGGY + CORRECT}) == len(BUGGY + CORRECT)
+
+
+# --- every variant -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("variant", BUGGY, ids=[v.name for v in BUGGY])
+def test_buggy_answer_is_rejected_and_named(variant: Variant):
+    ns = _namespace({variant.cell: variant.source})
+    for test_id in CHECKS:
+        error = _run_test_cell(test_id, ns)
+        if test_id not in variant.fails:
+            assert error is None, f"{test_id} should keep full marks, got: {error}"
+            continue
+        assert error is not None, f"{test_id} accepted {variant.name}"
+        if test_id == TEST_OF_CELL[variant.cell]:
+            assert variant.says.lower() in str(error).lower(), str(error)
+
+
+@pytest.mark.parametrize("variant", CORRECT, ids=[v.name for v in CORRECT])
+def test_correct_answer_is_accepted(variant: Variant, capsys, recwarn):
+    ns = _namespace({variant.cell: variant.source})
+    for test_id in CHECKS:
+        assert _run_test_cell(test_id, ns) is None
+    assert capsys.readouterr() == ("", "")
+    assert len(recwarn) == 0
+
+
+# --- the untouched stubs -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cell", list(TEST_OF_CELL))
+def test_stub_says_not_written_yet(cell: str):
+    ns = _namespace({cell: _stub(ANSWERS[cell])})
+    with pytest.raises(GradingError, match="not written yet") as info:
+        CHECKS[TEST_OF_CELL[cell]](ns, False)
+    assert "NotImplementedError" in str(info.value)
+
+
+def test_whole_stub_notebook_fails_every_test_cell():
+    ns = _namespace({cell: _stub(source) for cell, source in ANSWERS.items()})
+    for test_id in CHECKS:
+        error = _run_test_cell(test_id, ns)
+        assert error is not None and "not written yet" in str(error)
+
+
+def test_unfinished_helper_is_named():
+    ns = _namespace({"split_heads": _stub(ANSWERS["split_heads"])})
+    with pytest.raises(GradingError, match="calls split_heads, which is not written yet"):
+        grading.check_multi_head_attention(ns["MultiHeadAttention"])
+
+
+def test_misspelt_forward_is_named():
+    source = ANSWERS["multi_head_attention"].replace("def forward(", "def foward(")
+    ns = _namespace({"multi_head_attention": source})
+    with pytest.raises(GradingError, match="no method `forward`"):
+        grading.check_multi_head_attention(ns["MultiHeadAttention"])
+
+
+# --- forbidden built-ins -------------------------------------------------------------------------
+
+_DELEGATES = {
+    "F.multi_head_attention_forward": _mha(
+        "        B, L_q, D = query.shape\n"
+        "        w = torch.cat([self.q_proj.weight, self.k_proj.weight, self.v_proj.weight])\n"
+        "        b = torch.cat([self.q_proj.bias, self.k_proj.bias, self.v_proj.bias])\n"
+        "        out, weights = F.multi_head_attention_forward(\n"
+        "            query.transpose(0, 1), key.transpose(0, 1), value.transpose(0, 1), D,\n"
+        "            self.num_heads, w, b, None, None, False, 0.0, self.out_proj.weight,\n"
+        "            self.out_proj.bias, training=False,\n"
+        "            key_padding_mask=None if mask is None else ~mask[:, 0, 0, :],\n"
+        "            average_attn_weights=False,\n"
+        "        )\n"
+        "        return out.transpose(0, 1), weights\n"
+    ),
+    "nn.MultiheadAttention in forward": _mha(
+        "        mha = nn.MultiheadAttention(self.embed_dim, self.num_heads, batch_first=True)\n"
+        "        mha = mha.to(query.dtype)\n"
+        "        with torch.no_grad():\n"
+        "            mha.in_proj_weight.copy_(torch.cat(\n"
+        "                [self.q_proj.weight, self.k_proj.weight, self.v_proj.weight]))\n"
+        "            mha.in_proj_bias.copy_(torch.cat(\n"
+        "                [self.q_proj.bias, self.k_proj.bias, self.v_proj.bias]))\n"
+        "            mha.out_proj.load_state_dict(self.out_proj.state_dict())\n"
+        "        pad = None if mask is None else ~mask[:, 0, 0, :]\n"
+        "        return mha(query, key, value, key_padding_mask=pad,\n"
+        "                   average_attn_weights=False)\n"
+    ),
+    "encoder_lib.MultiHeadAttention in forward": _mha(
+        "        ref = encoder_lib.MultiHeadAttention(self.embed_dim, self.num_heads)\n"
+        "        ref = ref.to(query.dtype)\n"
+        "        with torch.no_grad():\n"
+        "            ref.in_proj_weight.copy_(torch.cat(\n"
+        "                [self.q_proj.weight, self.k_proj.weight, self.v_proj.weight]))\n"
+        "            ref.in_proj_bias.copy_(torch.cat(\n"
+        "                [self.q_proj.bias, self.k_proj.bias, self.v_proj.bias]))\n"
+        "            ref.out_proj.load_state_dict(self.out_proj.state_dict())\n"
+        "        return ref(query, key, value, mask)\n"
+    ),
+    "torch._native_multi_head_attention": _mha(
+        "        w = torch.cat([self.q_proj.weight, self.k_proj.weight, self.v_proj.weight])\n"
+        "        b = torch.cat([self.q_proj.bias, self.k_proj.bias, self.v_proj.bias])\n"
+        "        return torch._native_multi_head_attention(\n"
+        "            query, key, value, self.embed_dim, self.num_heads, w, b,\n"
+        "            self.out_proj.weight, self.out_proj.bias, None, True, False,\n"
+        "        )\n"
+    ),
+    "nn.MultiheadAttention submodule": _mha(
+        "        return self.inner(query, key, value, average_attn_weights=False)\n",
+        init_extra=(
+            "        self.inner = nn.MultiheadAttention(embed_dim, num_heads, batch_first=True)\n"
+        ),
+    ),
+    "subclass of encoder_lib.MultiHeadAttention": (
+        "class MultiHeadAttention(encoder_lib.MultiHeadAttention):\n    pass\n"
+    ),
+}
+
+
+@pytest.mark.parametrize("source", list(_DELEGATES.values()), ids=list(_DELEGATES))
+def test_delegating_to_builtin_attention_is_forbidden(source: str):
+    ns = _namespace({"multi_head_attention": source})
+    with pytest.raises(ForbiddenCallError, match="already does what this exercise asks"):
+        grading.check_multi_head_attention(ns["MultiHeadAttention"])
+
+
+def test_scaled_dot_product_attention_is_allowed():
+    # the solution itself uses encoder_lib.scaled_dot_product_attention; F's is used here
+    source = _mha(
+        "        B, L_q, D = query.shape\n"
+        "        q = split_heads(self.q_proj(query), self.num_heads)\n"
+        "        k = split_heads(self.k_proj(key), self.num_heads)\n"
+        "        v = split_heads(self.v_proj(value), self.num_heads)\n"
+        "        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)\n"
+        "        _, weights = encoder_lib.scaled_dot_product_attention(q, k, v, mask)\n"
+        "        return self.out_proj(merge_heads(out)), weights\n"
+    )
+    ns = _namespace({"multi_head_attention": source})
+    grading.check_multi_head_attention(ns["MultiHeadAttention"], thorough=True)
+
+
+# --- tensor subclasses ---------------------------------------------------------------------------
+
+_SUBCLASS = "class Sneaky(torch.Tensor):\n    pass\n\n\n"
+
+
+def test_tensor_subclass_output_is_rejected():
+    split = _SUBCLASS + ANSWERS["split_heads"].replace(
+        ".transpose(1, 2)  #", ".transpose(1, 2).as_subclass(Sneaky)  #"
+    )
+    assert "as_subclass" in split
+    ns = _namespace({"split_heads": split})
+    with pytest.raises(GradingError, match="Tensor subclass"):
+        grading.check_split_heads(ns["split_heads"])
+
+    mha = _SUBCLASS + ANSWERS["multi_head_attention"].replace(
+        "return self.out_proj(merge_heads(out)), weights",
+        "return self.out_proj(merge_heads(out)).as_subclass(Sneaky), weights",
+    )
+    assert "as_subclass" in mha
+    ns = _namespace({"multi_head_attention": mha})
+    with pytest.raises(GradingError, match="Tensor subclass"):
+        grading.check_multi_head_attention(ns["MultiHeadAttention"])
+
+
+# --- load_reference_weights ----------------------------------------------------------------------
+
+
+def _reference(D: int = 8, H: int = 2, bias: bool = True) -> encoder_lib.MultiHeadAttention:
+    ref = encoder_lib.MultiHeadAttention(D, H, bias=bias).double()
+    with torch.no_grad():
+        for p in ref.parameters():
+            p.add_(torch.randn_like(p) * 0.3)
+    return ref
+
+
+class _Bare(nn.Module):
+    def __init__(self, **layers):
+        super().__init__()
+        for name, layer in layers.items():
+            setattr(self, name, layer)
+
+
+@pytest.mark.parametrize("target", ["encoder_lib", "torch"])
+def test_loader_fills_pytorch_fused_layout(target: str):
+    ref = _reference()
+    module = (
+        encoder_lib.MultiHeadAttention(8, 2)
+        if target == "encoder_lib"
+        else nn.MultiheadAttention(8, 2, batch_first=True)
+    ).double()
+    assert grading.load_reference_weights(module, ref) is module
+    for name, p in ref.state_dict().items():
+        assert torch.equal(module.state_dict()[name], p), name
+
+
+def test_loader_fills_separate_and_fused_linear_layouts():
+    ref = _reference()
+    w, b = ref.in_proj_weight.detach(), ref.in_proj_bias.detach()
+    separate = _Bare(**{n: nn.Linear(8, 8) for n in ("q_proj", "k_proj", "v_proj", "out_proj")})
+    grading.load_reference_weights(separate.double(), ref)
+    for i, name in enumerate(("q_proj", "k_proj", "v_proj")):
+        assert torch.equal(getattr(separate, name).weight, w[8 * i : 8 * (i + 1)])
+        assert torch.equal(getattr(separate, name).bias, b[8 * i : 8 * (i + 1)])
+    assert torch.equal(separate.out_proj.weight, ref.out_proj.weight)
+    for fused_name in ("in_proj", "qkv_proj"):
+        fused = _Bare(**{fused_name: nn.Linear(8, 24), "out_proj": nn.Linear(8, 8)}).double()
+        grading.load_reference_weights(fused, ref)
+        assert torch.equal(getattr(fused, fused_name).weight, w)
+        assert torch.equal(getattr(fused, fused_name).bias, b)
+
+
+def test_loader_keeps_the_modules_dtype():
+    module = _Bare(**{n: nn.Linear(8, 8) for n in ("q_proj", "k_proj", "v_proj", "out_proj")})
+    grading.load_reference_weights(module, _reference())
+    assert all(p.dtype == torch.float32 for p in module.parameters())
+
+
+def test_loader_handles_a_reference_without_biases():
+    module = _Bare(**{n: nn.Linear(8, 8) for n in ("q_proj", "k_proj", "v_proj", "out_proj")})
+    grading.load_reference_weights(module.double(), _reference(bias=False))
+    assert all(not bool(layer.bias.any()) for layer in module.children())
+    no_bias = _Bare(
+        **{n: nn.Linear(8, 8, bias=False) for n in ("q_proj", "k_proj", "v_proj", "out_proj")}
+    )
+    grading.load_reference_weights(no_bias.double(), _reference(bias=False))
+
+
+@pytest.mark.parametrize(
+    ("layers", "says"),
+    [
+        ({}, "no attribute `q_proj`"),
+        ({"q_proj": nn.Linear(8, 8), "k_proj": nn.Linear(8, 8)}, "but no `v_proj`"),
+        (
+            {n: nn.Linear(8, 8) for n in ("q_proj", "k_proj", "v_proj")},
+            "no attribute `out_proj`",
+        ),
+        (
+            {
+                "q_proj": nn.Linear(8, 4),
+                "k_proj": nn.Linear(8, 8),
+                "v_proj": nn.Linear(8, 8),
+                "out_proj": nn.Linear(8, 8),
+            },
+            "q_proj.weight should have shape (8, 8), got (4, 8)",
+        ),
+        (
+            {n: nn.Linear(8, 8, bias=False) for n in ("q_proj", "k_proj", "v_proj", "out_proj")},
+            "bias=True",
+        ),
+        ({"in_proj": nn.Linear(8, 8), "out_proj": nn.Linear(8, 8)}, "in_proj.weight"),
+    ],
+    ids=["nothing", "no_v_proj", "no_out_proj", "narrow_q_proj", "no_bias", "narrow_in_proj"],
+)
+def test_loader_names_what_is_missing_or_wrong(layers: dict, says: str):
+    with pytest.raises(GradingError) as info:
+        grading.load_reference_weights(_Bare(**layers).double(), _reference())
+    assert says in str(info.value)
