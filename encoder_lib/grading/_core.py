@@ -264,12 +264,14 @@ def student_call(
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             with mode:
-                _setprofile(profiler if codes else previous)
+                if codes:
+                    _setprofile(profiler)
                 try:
                     yield
                 finally:
                     still_ours = _getprofile() is (profiler if codes else previous)
-                    _setprofile(previous)
+                    if codes:
+                        _restore_profile(previous)
     except GradingError:
         raise
     except Exception as e:
@@ -292,6 +294,13 @@ def student_call(
     if seen:
         raise ForbiddenCallError(_forbidden_message(exercise, seen[0]))
     verify_untouched()
+
+
+def _restore_profile(previous: Any) -> None:
+    try:
+        _setprofile(previous)
+    except TypeError:  # a C-level profiler such as cProfile's cannot be re-installed from Python
+        _setprofile(None)
 
 
 def _functions_of(obj: Any) -> list[Any]:
