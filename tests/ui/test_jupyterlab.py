@@ -54,6 +54,7 @@ def lab(tmp_path_factory):
             f"--IdentityProvider.token={token}",
             "--ServerApp.port_retries=0",
             "--LabApp.expose_app_in_browser=True",
+            "--allow-root",
             f"--ServerApp.root_dir={root}",
         ],
         stdout=subprocess.DEVNULL,
