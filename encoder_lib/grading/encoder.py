@@ -592,7 +592,14 @@ class _Recorder(nn.Module):
         self.index = index
         self.log = log
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, x: Any, mask: Any = None, **kwargs: Any) -> torch.Tensor:
+        if kwargs:
+            raise GradingError(
+                f"Encoder.forward calls the layers with the keyword {', '.join(kwargs)}, but "
+                "EncoderLayer.forward takes (x, mask=None): pass the mask as mask=mask. (A "
+                "misspelt keyword is dangerous: a layer whose forward has **kwargs would swallow "
+                "it and silently ignore the padding mask.)"
+            )
         entry: dict[str, Any] = {"index": self.index, "x": x, "mask": mask}
         self.log.append(entry)
         out = self.layer(x, mask)
