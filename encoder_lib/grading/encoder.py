@@ -24,8 +24,9 @@ positions (changing the padded positions of x must not change the real ones); no
 sequence-first table indexed with the batch size (position b added to all of sequence b) or
 broadcast against batch-first data; embeddings scaled by sqrt(D) twice, or not at all (the given
 ``TokenEmbedding`` already scales, so the forward must not); the positional encoding scaled too;
-no padding mask passed to the layers; a mask with reversed polarity, the wrong shape or the
-wrong pad id; dropout missing or misplaced; layers skipped, repeated or their outputs discarded.
+no padding mask passed to the layers, or one passed under a misspelt keyword; a mask with
+reversed polarity, the wrong shape or the wrong pad id; dropout missing or misplaced; layers
+skipped, repeated or their outputs discarded.
 
 Design choices:
 - (d) does not depend on (c): the check builds the student's ``Encoder`` and swaps its
