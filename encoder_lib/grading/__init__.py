@@ -11,9 +11,10 @@ nothing and returns None when all is right. ``thorough=True`` adds the hidden te
 
 import sys as _sys
 
-from . import _core, attention, encoder, feed_forward, layer_norm, multi_head
+from . import _core, attention, capstone, encoder, feed_forward, layer_norm, multi_head
 from ._core import ForbiddenCallError, GradingError, TamperingError
 from .attention import *  # noqa: F403
+from .capstone import *  # noqa: F403
 from .encoder import *  # noqa: F403
 from .feed_forward import *  # noqa: F403
 from .layer_norm import *  # noqa: F403
@@ -28,6 +29,7 @@ __all__ = [
     *layer_norm.__all__,
     *feed_forward.__all__,
     *encoder.__all__,
+    *capstone.__all__,
 ]
 
 for _name, _module in list(_sys.modules.items()):

@@ -18,6 +18,7 @@ EXPECTED = [
     "03_layer_norm",
     "04_feed_forward",
     "05_encoder",
+    "06_sentiment_capstone",
 ]
 
 
@@ -34,7 +35,7 @@ def _graded_ids(path) -> list[str]:
     ]
 
 
-def test_the_five_assignments_exist_in_course_order():
+def test_the_six_assignments_exist_in_course_order():
     assert ASSIGNMENTS == EXPECTED
     for name in ASSIGNMENTS:
         assert [p.name for p in _notebooks(SOLUTIONS, name)] == [f"{name}.ipynb"]

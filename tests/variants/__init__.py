@@ -18,6 +18,7 @@ ASSIGNMENTS = (
     "03_layer_norm",
     "04_feed_forward",
     "05_encoder",
+    "06_sentiment_capstone",
 )
 
 
