@@ -12,7 +12,10 @@ Integrity (nbgrader is not a sandbox; these are the defences, tested in tests/gr
   ``torch.testing``'s, ``encoder_lib``'s and a few builtins' attributes. Every check first
   verifies that nothing in the snapshot was rebound (``torch.allclose = ...``, monkeypatching
   ``F.scaled_dot_product_attention`` or ``encoder_lib.LayerNorm.forward``) and refuses to grade
-  if something was.
+  if something was. It also refuses while a ``TorchFunctionMode`` or ``TorchDispatchMode`` is left
+  active, when a snapshotted attribute was already a fake written in the notebook when grading
+  loaded, and when the comparisons the checks rely on (captured at import) cannot tell different
+  tensors apart.
 - The grading modules and ``encoder_lib`` itself refuse attribute assignment, so a checker
   cannot be replaced by ``grading.check_x = lambda *a: None``.
 - Student outputs must be exactly ``torch.Tensor`` (a subclass could lie in
@@ -20,12 +23,17 @@ Integrity (nbgrader is not a sandbox; these are the defences, tested in tests/gr
 - While the student's code runs, calls to the built-ins that do the exercise's work
   (``F.scaled_dot_product_attention``, ``F.layer_norm``, ``encoder_lib``'s own answer...) raise
   ``ForbiddenCallError``.
+
+Every public ``check_*`` is decorated with ``guarded``: it verifies the above before computing
+anything and runs the whole check on one torch thread (``one_thread``). Checks that build modules
+or use dropout draw from a private random stream (``seeded``), never the notebook's.
 """
 
 from __future__ import annotations
 
 import builtins
 import contextlib
+import functools
 import math
 import os
 import sys
@@ -33,7 +41,7 @@ import sysconfig
 import types
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -46,12 +54,18 @@ __all__ = [
     "ForbiddenCallError",
     "TamperingError",
     "verify_untouched",
+    "guarded",
+    "one_thread",
+    "seeded",
     "student_call",
+    "innermost_function",
     "expect_tensor",
     "expect_shape",
+    "expect_dtype",
     "expect_close",
     "randn",
     "generator",
+    "keep_first",
 ]
 
 
@@ -74,8 +88,13 @@ _type = builtins.type
 _isinstance = builtins.isinstance
 _Tensor = torch.Tensor
 _allclose = torch.allclose
+_equal = torch.equal
 _getprofile = sys.getprofile
 _setprofile = sys.setprofile
+_get_num_threads = torch.get_num_threads
+_set_num_threads = torch.set_num_threads
+_function_modes = torch._C._len_torch_function_stack
+_dispatch_modes = torch._C._len_torch_dispatch_stack
 
 _BUILTIN_NAMES = (
     "type isinstance issubclass getattr setattr hasattr len abs max min float int bool sum any "
@@ -158,18 +177,19 @@ def take_snapshot() -> None:
     ]
 
 
-def verify_untouched() -> None:
-    """Raise ``TamperingError`` naming the first rebound attribute or active override, if any."""
-    if _FOREIGN:
+def verify_untouched(comparisons: bool = True) -> None:
+    """Raise ``TamperingError`` naming the first active override, rebound attribute or dishonest
+    comparison, if any.
+
+    The comparisons are tested once nothing was rebound since the snapshot, and before the
+    attributes that were already fakes when it was taken: a ``torch.allclose`` rebound above the
+    setup cell is reported as what it does. ``comparisons=False`` skips that self-test, which
+    ``guarded`` runs once per check (``student_call`` verifies the rest around every call)."""
+    if _function_modes() or _dispatch_modes():
         raise TamperingError(
-            f"{_FOREIGN[0]} was replaced by code from this notebook before grading was loaded. "
-            "Grading compares your work with the real torch and encoder_lib, so it refuses to "
-            "run. Restart the kernel and remove the cell that rebinds it."
-        )
-    if torch._C._len_torch_function_stack() or torch._C._len_torch_dispatch_stack():
-        raise TamperingError(
-            "a TorchFunctionMode or TorchDispatchMode is active in this notebook: it can change "
-            "what every torch function returns, so grading refuses to run. Restart the kernel."
+            "A TorchFunctionMode or TorchDispatchMode is active in this notebook (entered and "
+            "never left): it can change what every torch function returns, so grading refuses "
+            "to run. Restart the kernel and remove the code that enters it."
         )
     for owner, name, ident in _SNAPSHOT:
         namespace = vars(owner)
@@ -180,6 +200,23 @@ def verify_untouched() -> None:
                 "work with the real torch and encoder_lib, so it refuses to run. Restart the "
                 "kernel and remove the cell that rebinds it."
             )
+    foreign = (
+        f"{_FOREIGN[0]} was replaced by code from this notebook before grading was loaded."
+        if _FOREIGN
+        else ""
+    )
+    if comparisons and not _comparisons_are_honest():
+        raise TamperingError(
+            "torch's comparison functions give wrong answers in this notebook (were they rebound "
+            "in a cell run before the setup cell?), so grading refuses to run. Restart the "
+            "kernel and run the notebook from the setup cell."
+            + (f" ({foreign})" if foreign else "")
+        )
+    if foreign:
+        raise TamperingError(
+            f"{foreign} Grading compares your work with the real torch and encoder_lib, so it "
+            "refuses to run. Restart the kernel and remove the cell that rebinds it."
+        )
 
 
 class _ReadOnlyModule(types.ModuleType):
@@ -200,6 +237,70 @@ class _ReadOnlyModule(types.ModuleType):
 
 def make_read_only(module: types.ModuleType) -> None:
     module.__class__ = _ReadOnlyModule
+
+
+def _comparisons_are_honest() -> bool:
+    """Whether the comparisons the checks rely on (captured at import) tell different tensors
+    apart: a cell run before the setup cell could have rebound them before grading captured
+    them."""
+    try:
+        zeros = torch.zeros(3, dtype=torch.float64)
+        ones = torch.ones(3, dtype=torch.float64)
+        honest = (
+            _close(zeros, zeros.clone())
+            and not _close(zeros, ones)
+            and _equal(zeros, zeros.clone())
+            and not _equal(zeros, ones)
+        )
+        try:
+            expect_close(zeros, ones, "the self-test")
+            honest = False
+        except GradingError:
+            pass
+        return bool(honest)
+    except Exception:  # the self-test itself broke: as untrustworthy as a wrong answer
+        return False
+
+
+# --- how every check runs ------------------------------------------------------------------------
+
+_Check = TypeVar("_Check", bound=Callable[..., None])
+
+
+@contextlib.contextmanager
+def one_thread() -> Iterator[None]:
+    """Run torch on one intra-op thread meanwhile. The checks' tensors are tiny, and on a busy
+    2-core machine (nbgrader grading in parallel, Binder) torch's thread pool made every small
+    operation wait for a time slice: checks took ten to twenty times longer."""
+    threads = _get_num_threads()
+    _set_num_threads(1)
+    try:
+        yield
+    finally:
+        _set_num_threads(threads)
+
+
+def guarded(check: _Check) -> _Check:
+    """Decorate a public ``check_*``: refuse to grade (``TamperingError``) before computing
+    anything when ``verify_untouched`` objects, and run the whole check on ``one_thread``."""
+
+    @functools.wraps(check)
+    def wrapper(*args: Any, **kwargs: Any) -> None:
+        verify_untouched()
+        with one_thread():
+            return check(*args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
+@contextlib.contextmanager
+def seeded(seed: int | None = None) -> Iterator[None]:
+    """Leave the notebook's random state untouched: torch's global CPU generator is forked
+    meanwhile (and seeded with ``seed``, when given, for reproducible modules and dropout)."""
+    with torch.random.fork_rng(devices=[]):
+        if seed is not None:
+            torch.manual_seed(seed)
+        yield
 
 
 # --- traps for forbidden built-ins ---------------------------------------------------------------
@@ -241,11 +342,10 @@ def student_call(
     ``nn.LayerNorm`` or aliases. ``forbidden_python`` lists Python functions or classes (e.g.
     ``encoder_lib.LayerNorm``) whose code must not run; a profiler hook watches for their code
     objects. Warnings are silenced (nbgrader scores any stderr output 0) and any exception other
-    than a ``GradingError`` becomes a ``GradingError`` that says where it came from. Torch runs
-    on one thread meanwhile: the inputs are small, and on a busy 2-core machine torch's thread
-    pool made checks ten times slower.
+    than a ``GradingError`` becomes a ``GradingError`` that says where it came from (an
+    unreplaced stub: "is not written yet"). Torch runs on ``one_thread`` meanwhile.
     """
-    verify_untouched()
+    verify_untouched(comparisons=False)
     codes: dict[Any, str] = {}
     for obj in forbidden_python:
         for fn in _functions_of(obj):
@@ -258,10 +358,8 @@ def student_call(
 
     mode = _ForbidTorch(forbidden_torch or {}, exercise)
     previous = _getprofile()
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
     try:
-        with warnings.catch_warnings():
+        with one_thread(), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             with mode:
                 if codes:
@@ -285,15 +383,24 @@ def student_call(
                 "code."
             ) from e
         raise GradingError(f"{exercise} raised {type(e).__name__}: {e}") from e
-    finally:
-        torch.set_num_threads(threads)
     if not still_ours:
         raise TamperingError(f"{exercise} changed the interpreter's profiler; grading refused.")
     if mode.violation:
         raise ForbiddenCallError(_forbidden_message(exercise, mode.violation))
     if seen:
         raise ForbiddenCallError(_forbidden_message(exercise, seen[0]))
-    verify_untouched()
+    verify_untouched(comparisons=False)
+
+
+def innermost_function(error: BaseException) -> str | None:
+    """The name of the function in which ``error`` was raised (the innermost frame of its
+    traceback), e.g. the notebook function whose ``raise NotImplementedError()`` ran."""
+    tb = error.__traceback__
+    name = None
+    while tb is not None:
+        name = tb.tb_frame.f_code.co_name
+        tb = tb.tb_next
+    return name
 
 
 def _restore_profile(previous: Any) -> None:
@@ -344,8 +451,25 @@ def expect_shape(x: Any, shape: tuple[int, ...], what: str, letters: str = "") -
     return x
 
 
-def _close(a: torch.Tensor, b: torch.Tensor, atol: float, rtol: float) -> bool:
-    if a.shape != b.shape:
+WRONG_DTYPE = (
+    "{what} returned dtype {got} for {expected} inputs: the result should have the dtype of the "
+    "inputs (do not create tensors with a fixed dtype such as torch.float64)."
+)
+
+
+def expect_dtype(
+    x: torch.Tensor, dtype: torch.dtype, what: str, message: str = WRONG_DTYPE
+) -> None:
+    """Fail unless ``x`` has ``dtype``; ``message`` may use ``{what}``, ``{got}`` (x's dtype) and
+    ``{expected}``."""
+    if x.dtype != dtype:
+        raise GradingError(message.format(what=what, got=x.dtype, expected=dtype))
+
+
+def _close(a: Any, b: torch.Tensor, atol: float = 1e-6, rtol: float = 1e-5) -> bool:
+    """Whether ``a`` is a plain tensor of ``b``'s shape whose values are close to ``b``'s (in
+    float64, NaN never close), with the comparison captured at import."""
+    if _type(a) is not _Tensor or a.shape != b.shape:
         return False
     with torch.no_grad():
         a64, b64 = a.detach().to(torch.float64), b.detach().to(torch.float64)
@@ -356,17 +480,32 @@ def expect_close(
     actual: Any,
     expected: torch.Tensor,
     what: str,
-    mistakes: Mapping[str, torch.Tensor] | None = None,
+    mistakes: Mapping[str, torch.Tensor] | Callable[[], Mapping[str, torch.Tensor]] | None = None,
     atol: float = 1e-6,
     rtol: float = 1e-5,
+    *,
+    letters: str = "",
+    probes: Iterable[Callable[[], str | None]] = (),
 ) -> None:
     """Fail unless ``actual`` equals ``expected``; when it equals the output of a known mistake
-    (``mistakes`` maps a description to the output that mistake gives), say which one."""
-    expect_shape(actual, tuple(expected.shape), what)
+    (``mistakes`` maps a description to the output that mistake gives), say which one.
+
+    ``mistakes`` may be a function returning that mapping, called only on a mismatch (right
+    answers do not pay for it). When no mistake matches, each of ``probes`` (property checks) in
+    turn may name the problem: it returns a description, reported as "``what`` is wrong: ...",
+    raises its own ``GradingError``, or returns None; then comes the generic message (where the
+    largest difference is). ``letters`` spells the shape for ``expect_shape``."""
+    expect_shape(actual, tuple(expected.shape), what, letters)
     if _close(actual, expected, atol, rtol):
         return
+    if callable(mistakes):
+        mistakes = mistakes()
     for description, wrong in (mistakes or {}).items():
         if _close(actual, wrong, atol, rtol):
+            raise GradingError(f"{what} is wrong: {description}")
+    for probe in probes:
+        description = probe()
+        if description:
             raise GradingError(f"{what} is wrong: {description}")
     with torch.no_grad():
         diff = (actual.detach().to(torch.float64) - expected.detach().to(torch.float64)).abs()
@@ -390,3 +529,11 @@ def generator(seed: int) -> torch.Generator:
 def randn(*shape: int, seed: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
     """Reproducible inputs from a private generator (the notebook's global seed is untouched)."""
     return torch.randn(*shape, generator=generator(seed), dtype=dtype)
+
+
+def keep_first(lengths: list[int], length: int, extra_axes: int = 2) -> torch.Tensor:
+    """A padding mask ``(B, 1, ..., 1, L)`` with ``extra_axes`` singleton axes (two by default,
+    broadcasting against scores ``(B, H, L_q, L_k)``): True at the first ``lengths[b]`` positions
+    of sequence b (may attend), False at the padding after them."""
+    keep = torch.arange(length)[None, :] < torch.tensor(lengths)[:, None]  # (B, L)
+    return keep.reshape(len(lengths), *([1] * extra_axes), length)

@@ -18,18 +18,17 @@ The mistakes the checks name (each one has a BUGGY answer in tests/variants/a01_
 
 Every check also rejects Tensor subclasses, wrong shapes (expected vs got), a dtype that does not
 follow the inputs and answers that break autograd (the last two with ``thorough=True``), and
-answers that call the built-ins doing the exercise's work (``ForbiddenCallError``). Beyond
-``_core``'s defences, a check refuses to grade (``TamperingError``) while a TorchFunctionMode is
-left active, or when torch's comparisons were rebound before grading was imported (a self-test
-at the start of every check), and it runs with one torch thread (tiny tensors, busy machines).
+answers that call the built-ins doing the exercise's work (``ForbiddenCallError``). Like every
+check, they are ``_core.guarded``: they refuse to grade (``TamperingError``) while a torch mode is
+left active, when torch's comparisons were rebound before grading was imported, or when torch or
+encoder_lib was rebound, and they run with one torch thread (tiny tensors, busy machines).
 """
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -46,16 +45,7 @@ __all__ = [
     "check_scaled_dot_product_attention",
 ]
 
-# Captured when grading is imported, before any student cell runs (see _core).
-_Tensor = torch.Tensor
-_allclose = torch.allclose
-_equal = torch.equal
-_type = type
-_isinstance = isinstance
 _NEG_INF = float("-inf")
-_get_num_threads = torch.get_num_threads
-_mode_stack_depth = torch._C._len_torch_function_stack
-_set_num_threads = torch.set_num_threads
 
 _FORBIDDEN_TORCH = {
     F.scaled_dot_product_attention: "F.scaled_dot_product_attention",
@@ -160,10 +150,7 @@ NO_GRAD = (
     "{what} does not carry gradients: the result must stay differentiable, so avoid .detach(), "
     ".item(), .numpy(), .data and torch.no_grad()."
 )
-WRONG_DTYPE = (
-    "{what} returned dtype {got} for {expected} inputs: the result should have the dtype of the "
-    "inputs (do not create tensors with a fixed dtype such as torch.float64)."
-)
+WRONG_DTYPE = _core.WRONG_DTYPE
 CAUSAL_UPPER = (
     "True is on and above the diagonal (the upper triangle). Row i is query i, which may attend "
     "to keys 0..i: True must be on and below the diagonal (torch.tril)."
@@ -190,36 +177,6 @@ CAUSAL_NOT_BOOL = (
 
 # --- calling the student's code ------------------------------------------------------------------
 
-_Check = TypeVar("_Check", bound=Callable[..., None])
-
-
-def _guarded(check: _Check) -> _Check:
-    """Refuse to grade under a torch function mode left active by the notebook, and run the check
-    with one intra-op thread: its tensors are tiny, and on a busy 2-core machine a second thread
-    spinning for work made the checks ten times slower."""
-
-    @functools.wraps(check)
-    def wrapper(*args: Any, **kwargs: Any) -> None:
-        _expect_no_function_mode()
-        _expect_honest_comparisons()
-        threads = _get_num_threads()
-        _set_num_threads(1)
-        try:
-            return check(*args, **kwargs)
-        finally:
-            _set_num_threads(threads)
-
-    return wrapper  # type: ignore[return-value]
-
-
-def _expect_no_function_mode() -> None:
-    if _mode_stack_depth() > 0:
-        raise TamperingError(
-            "A TorchFunctionMode is active in this notebook (entered and never left): it can "
-            "change what every torch function returns, so grading refuses to run. Restart the "
-            "kernel and remove the code that enters it."
-        )
-
 
 def _call(
     what: str,
@@ -232,14 +189,12 @@ def _call(
     the student's function and for an error on inputs without a batch axis."""
     try:
         with _core.student_call(what, _FORBIDDEN_TORCH, forbidden_python):
-            result = fn(*args)
-        _expect_no_function_mode()
-        return result
+            return fn(*args)
     except (ForbiddenCallError, TamperingError):
         raise
     except GradingError as e:
         cause = e.__cause__
-        if _isinstance(cause, NotImplementedError):
+        if _core._isinstance(cause, NotImplementedError):
             stub = _stub_name(cause, fn)
             if stub is not None:
                 raise GradingError(
@@ -247,22 +202,17 @@ def _call(
                     "its cell)."
                 ) from cause
             raise
-        if single_sequence and _isinstance(cause, IndexError):
+        if single_sequence and _core._isinstance(cause, IndexError):
             raise GradingError(f"{_sentence(e)}{SINGLE_SEQUENCE.lstrip()}") from cause
         raise
 
 
 def _stub_name(error: BaseException, fn: Callable[..., Any]) -> str | None:
     """The notebook function (other than ``fn``) whose ``raise NotImplementedError()`` ran."""
-    tb = error.__traceback__
-    if tb is None:
+    name = _core.innermost_function(error)
+    if name is None or name == getattr(fn, "__name__", None):
         return None
-    while tb.tb_next is not None:
-        tb = tb.tb_next
-    name = tb.tb_frame.f_code.co_name
-    if name != getattr(fn, "__name__", None) and name in getattr(fn, "__globals__", {}):
-        return name
-    return None
+    return name if name in getattr(fn, "__globals__", {}) else None
 
 
 def _batched(error: GradingError) -> GradingError:
@@ -279,71 +229,10 @@ def _shape(x: torch.Tensor) -> tuple[int, ...]:
     return tuple(x.shape)
 
 
-def _close(a: torch.Tensor, b: torch.Tensor, atol: float = 1e-6, rtol: float = 1e-5) -> bool:
-    if a.shape != b.shape:
-        return False
-    with torch.no_grad():
-        a64, b64 = a.detach().to(torch.float64), b.detach().to(torch.float64)
-        return bool(_allclose(a64, b64, rtol=rtol, atol=atol, equal_nan=False))
-
-
-def _fail_mismatch(got: torch.Tensor, expected: torch.Tensor, what: str, atol: float) -> None:
-    """Raise the generic mismatch message (where the largest difference is); never returns."""
-    _core.expect_close(got, expected, what, atol=atol)
-    raise GradingError(f"{what} does not match the reference.")
-
-
-def _expect_honest_comparisons() -> None:
-    """The comparisons the checks rely on must tell different tensors apart: a cell run before
-    the setup cell could have rebound them before grading captured them."""
-    zeros = torch.zeros(3, dtype=torch.float64)
-    ones = torch.ones(3, dtype=torch.float64)
-    honest = (
-        _close(zeros, zeros.clone())
-        and not _close(zeros, ones)
-        and _equal(zeros, zeros.clone())
-        and not _equal(zeros, ones)
-    )
-    try:
-        _core.expect_close(zeros, ones, "the self-test")
-        honest = False
-    except GradingError:
-        pass
-    if not honest:
-        raise TamperingError(
-            "torch's comparison functions give wrong answers in this notebook (were they rebound "
-            "in a cell run before the setup cell?), so grading refuses to run. Restart the "
-            "kernel and run the notebook from the setup cell."
-        )
-
-
 def _expect_unchanged(name: str, given: dict[str, torch.Tensor], kept: dict[str, torch.Tensor]):
     for arg, tensor in given.items():
-        if not _equal(tensor.detach(), kept[arg]):
+        if not _core._equal(tensor.detach(), kept[arg]):
             raise GradingError(IN_PLACE.format(name=name, arg=arg))
-
-
-def _expect_dtype(x: torch.Tensor, dtype: torch.dtype, what: str) -> None:
-    if x.dtype != dtype:
-        raise GradingError(WRONG_DTYPE.format(what=what, got=x.dtype, expected=dtype))
-
-
-def _expect_matches(
-    got: Any,
-    expected: torch.Tensor,
-    what: str,
-    letters: str,
-    mistakes: Mapping[str, torch.Tensor],
-    atol: float = 1e-6,
-) -> None:
-    """Shape, then the expected value, then the named mistakes, then the generic message."""
-    _core.expect_shape(got, _shape(expected), what, letters)
-    if _close(got, expected, atol=atol):
-        return
-    for description, wrong in mistakes.items():
-        if _close(got, wrong, atol=atol):
-            raise GradingError(f"{what} is wrong: {description}")
-    _fail_mismatch(got, expected, what, atol)
 
 
 def _expect_weights(
@@ -356,40 +245,49 @@ def _expect_weights(
 ) -> None:
     """Attention weights: the named mistakes first, then the properties every answer must have
     (no NaN, all-zero fully masked rows, rows summing to 1), then the generic mismatch."""
-    _core.expect_shape(got, _shape(expected), what, "(..., L_q, L_k)")
-    if _close(got, expected, atol=atol):
-        return
-    for description, wrong in mistakes.items():
-        if _close(got, wrong, atol=atol):
-            raise GradingError(f"{what} is wrong: {description}")
+
+    def broken_property() -> str | None:
+        return _weights_problem(got, expected, nan_hint, atol)
+
+    _core.expect_close(
+        got,
+        expected,
+        what,
+        mistakes,
+        atol=atol,
+        letters="(..., L_q, L_k)",
+        probes=(broken_property,),
+    )
+
+
+def _weights_problem(
+    got: torch.Tensor, expected: torch.Tensor, nan_hint: str, atol: float
+) -> str | None:
+    """The property of attention weights that ``got`` breaks, if any."""
     with torch.no_grad():
         g = got.detach().to(torch.float64)
         dead = expected.sum(dim=-1) == 0  # (..., L_q): queries with every key masked
         if bool(torch.isnan(g).any()):
             if bool(dead.any()) and bool(torch.isnan(g[dead]).any()):
-                raise GradingError(f"{what} is wrong: {DEAD_ROW_NAN}")
+                return DEAD_ROW_NAN
             if nan_hint:
-                raise GradingError(f"{what} is wrong: {nan_hint}")
+                return nan_hint
         elif bool(dead.any()) and not bool((g[dead] == 0).all()):
             rows = g[dead]
             L_k = g.shape[-1]
-            if _allclose(rows, torch.full_like(rows, 1.0 / L_k), atol=atol, rtol=1e-5):
-                raise GradingError(f"{what} is wrong: {DEAD_ROW_UNIFORM}")
+            if _core._allclose(rows, torch.full_like(rows, 1.0 / L_k), atol=atol, rtol=1e-5):
+                return DEAD_ROW_UNIFORM
             index = tuple(int(i) for i in dead.nonzero()[0])
             row = [round(float(w), 4) for w in g[index]]
-            raise GradingError(
-                f"{what} is wrong: " + DEAD_ROW_NOT_ZERO.format(index=index, row=row)
-            )
+            return DEAD_ROW_NOT_ZERO.format(index=index, row=row)
         elif nan_hint and bool(torch.isinf(g).any()):
-            raise GradingError(f"{what} is wrong: {nan_hint}")
+            return nan_hint
         sums = g.sum(dim=-1)
         bad = ((sums - 1).abs() > 1e-5) & ~dead
         if bool(bad.any()):
             index = tuple(int(i) for i in bad.nonzero()[0])
-            raise GradingError(
-                f"{what} is wrong: " + NOT_SUM_TO_1.format(index=index, total=float(sums[index]))
-            )
-    _fail_mismatch(got, expected, what, atol)
+            return NOT_SUM_TO_1.format(index=index, total=float(sums[index]))
+    return None
 
 
 # --- references and the outputs of the classic mistakes ------------------------------------------
@@ -450,12 +348,6 @@ def _dead_row_mask() -> torch.Tensor:
     return mask
 
 
-def _padding_mask(lengths: list[int], L_k: int, extra_axes: int) -> torch.Tensor:
-    """``(B, 1, ..., 1, L_k)``: True at the first ``lengths[b]`` keys of sequence b."""
-    keep = torch.arange(L_k)[None, :] < torch.tensor(lengths)[:, None]  # (B, L_k)
-    return keep.reshape(len(lengths), *([1] * extra_axes), L_k)
-
-
 def _describe_mask(mask: torch.Tensor | None) -> str:
     if mask is None:
         return "no mask"
@@ -466,7 +358,7 @@ def _describe_mask(mask: torch.Tensor | None) -> str:
 # --- exercise 1: scores --------------------------------------------------------------------------
 
 
-@_guarded
+@_core.guarded
 def check_attention_scores(attention_scores: Callable[..., Any], thorough: bool = False) -> None:
     """``attention_scores(query, key)`` must return Q K^T / sqrt(d_k), shape ``(..., L_q, L_k)``,
     for any number of leading batch axes."""
@@ -487,7 +379,7 @@ def check_attention_scores(attention_scores: Callable[..., Any], thorough: bool 
         try:
             args = (given["query"], given["key"])
             got = _call(what, attention_scores, args, single_sequence=query.dim() == 2)
-            _expect_matches(got, expected, what, "(..., L_q, L_k)", mistakes)
+            _core.expect_close(got, expected, what, mistakes, letters="(..., L_q, L_k)")
         except (ForbiddenCallError, TamperingError):
             raise
         except GradingError as e:
@@ -504,8 +396,9 @@ def check_attention_scores(attention_scores: Callable[..., Any], thorough: bool 
     what = "attention_scores(query, key) with float32 query (2, 3, 4) and key (2, 5, 4)"
     got = _call(what, attention_scores, (query.clone(), key.clone()))
     _core.expect_tensor(got, what)
-    _expect_dtype(got, torch.float32, what)
-    _expect_matches(got, _reference_scores(query, key), what, "(..., L_q, L_k)", {}, atol=1e-5)
+    _core.expect_dtype(got, torch.float32, what, WRONG_DTYPE)
+    expected = _reference_scores(query, key)
+    _core.expect_close(got, expected, what, atol=1e-5, letters="(..., L_q, L_k)")
 
     query = _core.randn(2, 3, 4, seed=302).requires_grad_()
     key = _core.randn(2, 5, 4, seed=303).requires_grad_()
@@ -521,7 +414,7 @@ def check_attention_scores(attention_scores: Callable[..., Any], thorough: bool 
     for name, grad, reference in zip(("query", "key"), grads, expected, strict=True):
         if grad is None:
             raise GradingError(NO_GRAD.format(what=what) + f" (no gradient reaches {name})")
-        _expect_matches(grad, reference, f"the gradient of {what} with respect to {name}", "", {})
+        _core.expect_close(grad, reference, f"the gradient of {what} with respect to {name}")
 
 
 # --- exercise 2: masked softmax ------------------------------------------------------------------
@@ -545,13 +438,13 @@ def _masked_softmax_case(
         args += (given["mask"],)
     got = _call(what, masked_softmax, args, single_sequence=scores.dim() == 2)
     _core.expect_tensor(got, what)
-    _expect_dtype(got, scores.dtype, what)
+    _core.expect_dtype(got, scores.dtype, what, WRONG_DTYPE)
     _expect_weights(got, expected, what, mistakes, nan_hint=nan_hint, atol=atol)
     kept = {"scores": scores} if mask is None else {"scores": scores, "mask": mask}
     _expect_unchanged("masked_softmax", given, kept)
 
 
-@_guarded
+@_core.guarded
 def check_masked_softmax(masked_softmax: Callable[..., Any], thorough: bool = False) -> None:
     """``masked_softmax(scores, mask=None)``: softmax over the last axis (the keys), masked
     positions (mask False) exactly 0, a fully masked row all 0 (no NaN), any leading axes."""
@@ -563,9 +456,9 @@ def check_masked_softmax(masked_softmax: Callable[..., Any], thorough: bool = Fa
     if not thorough:
         return
 
-    _masked_softmax_case(masked_softmax, scores, _padding_mask([4, 2], 5, 1))  # (B, 1, L_k)
+    _masked_softmax_case(masked_softmax, scores, _core.keep_first([4, 2], 5, 1))  # (B, 1, L_k)
     scores4 = _core.randn(2, 2, 3, 4, seed=402)
-    _masked_softmax_case(masked_softmax, scores4, _padding_mask([3, 0], 4, 2))  # (B, 1, 1, L_k)
+    _masked_softmax_case(masked_softmax, scores4, _core.keep_first([3, 0], 4, 2))  # (B, 1, 1, L_k)
     _masked_softmax_case(
         masked_softmax, _core.randn(3, 5, seed=403), torch.tensor([True, False, True, True, False])
     )
@@ -593,13 +486,13 @@ def check_masked_softmax(masked_softmax: Callable[..., Any], thorough: bool = Fa
         (grad,) = torch.autograd.grad(got, scores, upstream, allow_unused=True)
     if grad is None:
         raise GradingError(NO_GRAD.format(what=what))
-    _expect_matches(grad, expected, f"the gradient of {what} with respect to scores", "", {})
+    _core.expect_close(grad, expected, f"the gradient of {what} with respect to scores")
 
 
 # --- exercise 3: causal mask ---------------------------------------------------------------------
 
 
-@_guarded
+@_core.guarded
 def check_causal_mask(causal_mask: Callable[..., Any], thorough: bool = False) -> None:
     """``causal_mask(L)``: a boolean ``(L, L)`` tensor, True on and below the diagonal."""
     for L in (4, 1, 2, 7) if thorough else (4,):
@@ -612,7 +505,7 @@ def check_causal_mask(causal_mask: Callable[..., Any], thorough: bool = False) -
             raise GradingError(f"{what} " + CAUSAL_NOT_BOOL.format(dtype=got.dtype))
         _core.expect_shape(got, (L, L), what, "(L, L)")
         expected = torch.ones(L, L, dtype=torch.bool).tril()
-        if _equal(got, expected):
+        if _core._equal(got, expected):
             continue
         mistakes = {
             CAUSAL_UPPER: expected.mT,
@@ -621,7 +514,7 @@ def check_causal_mask(causal_mask: Callable[..., Any], thorough: bool = False) -
             CAUSAL_ALL_TRUE: torch.ones(L, L, dtype=torch.bool),
         }
         for description, wrong in mistakes.items():
-            if _equal(got, wrong):
+            if _core._equal(got, wrong):
                 raise GradingError(f"{what} is wrong: {description}")
         row = int((got != expected).any(dim=-1).nonzero()[0])
         raise GradingError(
@@ -667,14 +560,15 @@ def _attention_case(
         args += (given["mask"],)
     result = _call(what, attention, args, single_sequence=query.dim() == 2)
 
-    if _type(result) is _Tensor:
+    if _core._type(result) is _core._Tensor:
         raise GradingError(
             f"{what} returned a single tensor of shape {_shape(result)}: it must return the pair "
             "(output, weights), e.g. `return output, weights`."
         )
-    if not _isinstance(result, tuple | list) or len(result) != 2:
+    if not _core._isinstance(result, tuple | list) or len(result) != 2:
         raise GradingError(
-            f"{what} returned {_type(result).__name__}: it must return the pair (output, weights)."
+            f"{what} returned {_core._type(result).__name__}: it must return the pair "
+            "(output, weights)."
         )
     out, weights = result
     _core.expect_tensor(out, f"the output of {what}")
@@ -682,11 +576,13 @@ def _attention_case(
     swapped = _shape(out) == _shape(expected_w) and _shape(weights) == _shape(expected_out)
     if swapped and _shape(expected_w) != _shape(expected_out):
         raise GradingError(f"{what} is wrong: {PAIR_SWAPPED}")
-    if _shape(out) == _shape(expected_w) and _close(out, weights):
+    if _shape(out) == _shape(expected_w) and _core._close(out, weights):
         raise GradingError(f"{what} is wrong: {FORGOT_V}")
-    _expect_dtype(out, query.dtype, f"the output of {what}")
+    _core.expect_dtype(out, query.dtype, f"the output of {what}", WRONG_DTYPE)
     _expect_weights(weights, expected_w, f"the weights returned by {what}", mistakes, atol=atol)
-    _expect_matches(out, expected_out, f"the output of {what}", "(..., L_q, d_v)", {}, atol=atol)
+    _core.expect_close(
+        out, expected_out, f"the output of {what}", atol=atol, letters="(..., L_q, d_v)"
+    )
     kept = {"query": query, "key": key, "value": value}
     if mask is not None:
         kept["mask"] = mask
@@ -694,7 +590,7 @@ def _attention_case(
     return out, weights
 
 
-@_guarded
+@_core.guarded
 def check_scaled_dot_product_attention(
     scaled_dot_product_attention: Callable[..., Any], thorough: bool = False
 ) -> None:
@@ -719,7 +615,7 @@ def check_scaled_dot_product_attention(
 
     q, k = _core.randn(2, 2, 3, 4, seed=506), _core.randn(2, 2, 5, 4, seed=507)
     v = _core.randn(2, 2, 5, 6, seed=508)
-    _attention_case(attention, q, k, v, _padding_mask([5, 2], 5, 2))  # (B, 1, 1, L_k)
+    _attention_case(attention, q, k, v, _core.keep_first([5, 2], 5, 2))  # (B, 1, 1, L_k)
     q, k, v = (_core.randn(1, 1, n, seed=509 + n) for n in (2, 2, 3))
     _attention_case(attention, q, k, v, torch.tensor([[False]]))
     _attention_case(attention, q, k, v, None)
@@ -747,4 +643,4 @@ def check_scaled_dot_product_attention(
     for name, grad, reference in zip(("query", "key", "value"), grads, expected, strict=True):
         if grad is None:
             raise GradingError(NO_GRAD.format(what=what) + f" (no gradient reaches {name})")
-        _expect_matches(grad, reference, f"the gradient of {what} with respect to {name}", "", {})
+        _core.expect_close(grad, reference, f"the gradient of {what} with respect to {name}")

@@ -21,7 +21,7 @@ Design choices:
   ``masked_mean`` of the notebook (the one the solution's ``forward`` calls) is replaced by the
   reference, then restored; a student stuck on (a) can still finish (b).
 - Everything runs in float64 on tiny sizes, with dropout off; the global random state is left
-  untouched (``torch.random.fork_rng``).
+  untouched (``_core.seeded``).
 """
 
 from __future__ import annotations
@@ -42,16 +42,10 @@ from ._core import GradingError
 
 __all__ = ["check_masked_mean", "check_sentiment_classifier"]
 
-_type = type
-_isinstance = isinstance
-
-
-@contextlib.contextmanager
-def _seeded(seed: int) -> Iterator[None]:
-    """Seed what runs inside; the notebook's random stream is restored afterwards."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        yield
+_DTYPE = (
+    "{what} has dtype {got}, but h was {expected}: keep h's dtype (convert keep with "
+    ".to(h.dtype), not .float())."
+)
 
 
 def _reference_masked_mean(h: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
@@ -64,7 +58,7 @@ def _reference_masked_mean(h: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
 
 
 def _keep(lengths: list[int], L: int) -> torch.Tensor:
-    return torch.arange(L)[None, :] < torch.tensor(lengths)[:, None]  # (B, L), True = real
+    return _core.keep_first(lengths, L, extra_axes=0)  # (B, L), True = real
 
 
 def _mean_mistakes(h: torch.Tensor, keep: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -99,7 +93,7 @@ def _call_masked_mean(masked_mean: Any, h: torch.Tensor, keep: torch.Tensor) -> 
             return masked_mean(h, keep)
     except GradingError as e:
         cause = e.__cause__
-        if _isinstance(cause, RuntimeError) and "must match" in str(cause):
+        if _core._isinstance(cause, RuntimeError) and "must match" in str(cause):
             raise GradingError(
                 f"{what} raised a shape error ({cause}). keep has shape (B, L) and h has shape "
                 "(B, L, D): broadcasting lines shapes up from the right, so give keep a trailing "
@@ -135,15 +129,13 @@ def _check_mean_case(masked_mean: Any, B: int, L: int, D: int, keep: torch.Tenso
                 "(the result is one D-vector per sentence, (B, D)); keep it only for the count "
                 "if you need it to broadcast."
             )
-    if out.dtype != h.dtype and shape == (B, D):
-        raise GradingError(
-            f"{what} has dtype {out.dtype}, but h was {h.dtype}: keep h's dtype (convert keep "
-            "with .to(h.dtype), not .float())."
-        )
+    if shape == (B, D):
+        _core.expect_dtype(out, h.dtype, what, _DTYPE)
     _core.expect_close(out, expected, what, mistakes)
     return h, keep
 
 
+@_core.guarded
 def check_masked_mean(masked_mean: Any, thorough: bool = False) -> None:
     """``masked_mean(h, keep)``: the mean of ``h`` (B, L, D) over the positions where the boolean
     ``keep`` (B, L) is True, shape (B, D)."""
@@ -162,7 +154,7 @@ def check_masked_mean(masked_mean: Any, thorough: bool = False) -> None:
         h = _core.randn(2, 4, 3, seed=99).requires_grad_()
         out = _call_masked_mean(masked_mean, h, keep)
         what = "masked_mean's gradient"
-        if not _isinstance(out, torch.Tensor) or not out.requires_grad:
+        if not _core._isinstance(out, torch.Tensor) or not out.requires_grad:
             raise GradingError(
                 f"{what}: the output is not connected to h (no torch.no_grad(), .detach() or "
                 ".item() in masked_mean): the encoder under it could not learn."
@@ -192,7 +184,7 @@ def _small_encoder(seed: int, L: int) -> _SentenceEncoder:
     config = _EncoderConfig(
         d_model=8, num_heads=2, d_ff=16, num_layers=1, dropout=0.0, max_sequence_length=L
     )
-    with _seeded(seed):
+    with _core.seeded(seed):
         encoder = _SentenceEncoder(vocab, config)
     return encoder.double().eval()
 
@@ -203,7 +195,7 @@ def _reference_pooling(cls: Any) -> Iterator[None]:
     so that a mistake in exercise (a) does not cost the points of exercise (b)."""
     forward = getattr(cls, "forward", None)
     namespace = getattr(forward, "__globals__", None)
-    if not _isinstance(namespace, dict) or "masked_mean" not in namespace:
+    if not _core._isinstance(namespace, dict) or "masked_mean" not in namespace:
         yield
         return
     saved = namespace["masked_mean"]
@@ -215,15 +207,15 @@ def _reference_pooling(cls: Any) -> Iterator[None]:
 
 
 def _build_classifier(cls: Any, encoder: nn.Module, seed: int) -> nn.Module:
-    with _core.student_call("SentimentClassifier(encoder)"), _seeded(seed):
+    with _core.student_call("SentimentClassifier(encoder)"), _core.seeded(seed):
         model = cls(encoder)
-    if not _isinstance(model, nn.Module):
+    if not _core._isinstance(model, nn.Module):
         raise GradingError(
             "SentimentClassifier(encoder) should build an nn.Module: keep the given class and "
             "its __init__."
         )
     head = getattr(model, "head", None)
-    if getattr(model, "encoder", None) is not encoder or _type(head) is not nn.Linear:
+    if getattr(model, "encoder", None) is not encoder or _core._type(head) is not nn.Linear:
         raise GradingError(
             "SentimentClassifier(encoder) should keep the given __init__: self.encoder (the "
             "encoder passed in) and self.head (an nn.Linear from D to 2)."
@@ -262,6 +254,7 @@ def _classifier_mistakes(
         }
 
 
+@_core.guarded
 def check_sentiment_classifier(SentimentClassifier: Any, thorough: bool = False) -> None:
     """``SentimentClassifier(encoder).forward(token_ids)``: encode, pool the real positions with
     a masked mean, apply the head; logits (B, 2)."""

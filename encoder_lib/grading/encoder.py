@@ -41,9 +41,8 @@ Design choices:
 
 from __future__ import annotations
 
-import contextlib
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -63,9 +62,6 @@ __all__ = [
 ]
 
 # References captured at import, before any student cell runs.
-_Tensor = torch.Tensor
-_type = type
-_isinstance = isinstance
 _table = encoder_lib.sinusoidal_table
 _padding_mask = encoder_lib.padding_mask
 _RefLayer = encoder_lib.EncoderLayer
@@ -92,47 +88,6 @@ _FORBIDDEN_D = (_FORBIDDEN_TORCH_LAYER, _FORBIDDEN_ENCODER)
 # --- helpers -------------------------------------------------------------------------------------
 
 
-def _close(a: Any, b: torch.Tensor, atol: float = 1e-6, rtol: float = 1e-5) -> bool:
-    if _type(a) is not _Tensor or tuple(a.shape) != tuple(b.shape):
-        return False
-    with torch.no_grad():
-        a64, b64 = a.detach().to(torch.float64), b.detach().to(torch.float64)
-        return bool(torch.allclose(a64, b64, rtol=rtol, atol=atol))
-
-
-def _compare(
-    actual: Any,
-    expected: torch.Tensor,
-    what: str,
-    mistakes: dict[str, torch.Tensor],
-    probes: tuple[Callable[[], str | None], ...] = (),
-    atol: float = 1e-6,
-    rtol: float = 1e-5,
-) -> None:
-    """Like ``_core.expect_close``, but when no known mistake matches, ``probes`` (property
-    checks returning a message or None) get a chance to name the problem before the generic
-    "largest difference" message."""
-    _core.expect_shape(actual, tuple(expected.shape), what)
-    if _close(actual, expected, atol, rtol):
-        return
-    for description, wrong in mistakes.items():
-        if _close(actual, wrong, atol, rtol):
-            raise GradingError(f"{what} is wrong: {description}")
-    for probe in probes:
-        message = probe()
-        if message:
-            raise GradingError(f"{what} is wrong: {message}")
-    _core.expect_close(actual, expected, what, atol=atol, rtol=rtol)
-
-
-@contextlib.contextmanager
-def _seeded(seed: int) -> Iterator[None]:
-    """Build modules with reproducible weights without touching the notebook's random state."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        yield
-
-
 def _ids(batch: int, length: int, vocab: int, pad: int, lengths: list[int], seed: int):
     """Token ids ``(B, L)``: row b has ``lengths[b]`` real tokens (never ``pad``), then padding."""
     g = _core.generator(seed)
@@ -141,11 +96,6 @@ def _ids(batch: int, length: int, vocab: int, pad: int, lengths: list[int], seed
     for b, n in enumerate(lengths):
         ids[b, n:] = pad
     return ids
-
-
-def _keep(lengths: list[int], length: int) -> torch.Tensor:
-    """``(B, 1, 1, L)`` True at the first ``lengths[b]`` positions of row b."""
-    return (torch.arange(length)[None, :] < torch.tensor(lengths)[:, None])[:, None, None, :]
 
 
 def _with_hint(err: GradingError, hints: dict[str, str]) -> GradingError:
@@ -210,6 +160,7 @@ _PE_MULTIPLY = (
 )
 
 
+@_core.guarded
 def check_sinusoidal_positional_encoding(fn: Callable, thorough: bool = False) -> None:
     """``fn(max_len, d_model)`` must return the ``(max_len, D)`` table with PE[pos, 2i] =
     sin(pos / 10000^(2i/D)) and PE[pos, 2i+1] = cos(pos / 10000^(2i/D))."""
@@ -246,16 +197,17 @@ def check_sinusoidal_positional_encoding(fn: Callable, thorough: bool = False) -
         def multiplies(out=out, multiplied=multiplied) -> str | None:
             # The angles pos * 10000^(2i/D) are huge, so float32 rounding makes all but the
             # first rows differ from any float64 table: compare positions 0 and 1 only.
-            if _close(out[:2], multiplied[:2], atol=2e-2, rtol=0.0):
+            if _core._close(out[:2], multiplied[:2], atol=2e-2, rtol=0.0):
                 return _PE_MULTIPLY
             return None
 
-        _compare(out, expected, what, mistakes, probes=(multiplies,), atol=1e-4, rtol=0.0)
+        _core.expect_close(out, expected, what, mistakes, atol=1e-4, rtol=0.0, probes=(multiplies,))
 
 
 # --- (b) padding mask ----------------------------------------------------------------------------
 
 
+@_core.guarded
 def check_make_padding_mask(fn: Callable, thorough: bool = False) -> None:
     """``fn(token_ids, pad_id)`` must return a boolean ``(B, 1, 1, L)`` mask, True at real
     tokens (may attend) and False at padding."""
@@ -343,7 +295,7 @@ def _reference_layer(
 ) -> nn.Module:
     """An ``encoder_lib.EncoderLayer`` in float64 with every parameter random (no zero bias or
     unit gain that could hide a swapped or missing parameter), in eval mode."""
-    with _seeded(seed):
+    with _core.seeded(seed):
         ref = _RefLayer(d_model, num_heads, d_ff, dropout, "relu", norm_first).double()
     g = _core.generator(seed + 1)
     with torch.no_grad():
@@ -435,9 +387,9 @@ def _layer_mistakes(ref: nn.Module, x: torch.Tensor, mask: Any, norm_first: bool
 
 def _make_layer(cls, args, kwargs, ref, seed):
     forbidden = (_FORBIDDEN_TORCH_LAYER, _FORBIDDEN_LAYER)
-    with _core.student_call("EncoderLayer", *forbidden), _seeded(seed):
+    with _core.student_call("EncoderLayer", *forbidden), _core.seeded(seed):
         layer = cls(*args, **kwargs)
-    if not _isinstance(layer, nn.Module):
+    if not _core._isinstance(layer, nn.Module):
         raise GradingError("EncoderLayer(...) should build an nn.Module: keep the given __init__.")
     layer.double()
     try:
@@ -467,7 +419,7 @@ def _check_layer_case(
     ref = _reference_layer(D, H, d_ff, dropout, norm_first, seed)
     x = _core.randn(B, L, D, seed=seed + 2)
     if mask_kind == "padding":
-        mask = _keep(lengths, L)
+        mask = _core.keep_first(lengths, L)
     elif mask_kind == "causal":
         mask = encoder_lib.causal_mask(L)
     else:
@@ -483,7 +435,7 @@ def _check_layer_case(
     def deterministic() -> str | None:
         with torch.no_grad():
             again = _call_layer(layer, x.clone(), mask, what)
-        if not _close(again, out, 1e-12, 0.0):
+        if not _core._close(again, out, 1e-12, 0.0):
             return (
                 "it gives different outputs for the same input in eval mode: dropout must be "
                 "off in eval. Use the nn.Dropout modules (self.dropout1, self.dropout, "
@@ -495,13 +447,13 @@ def _check_layer_case(
         if mask is None or bool(mask.all()):
             return None
         other = x.clone()
-        pad = ~_keep(lengths, L)[:, 0, 0, :]  # (B, L)
+        pad = ~_core.keep_first(lengths, L, extra_axes=0)  # (B, L)
         other[pad] = _core.randn(int(pad.sum()), D, seed=seed + 3)
         with torch.no_grad():
             changed = _call_layer(layer, other, mask, what)
         real = ~pad
-        same_shape = _type(changed) is _Tensor and changed.shape == out.shape
-        if same_shape and not _close(changed[real], out[real]):
+        same_shape = _core._type(changed) is _core._Tensor and changed.shape == out.shape
+        if same_shape and not _core._close(changed[real], out[real]):
             return (
                 "padding leaks into the real positions: changing only the padded positions "
                 "of x changed the outputs at real positions. Pass the mask on to "
@@ -510,13 +462,13 @@ def _check_layer_case(
             )
         return None
 
-    _compare(out, expected, what, mistakes, probes=(deterministic, no_leak))
+    _core.expect_close(out, expected, what, mistakes, probes=(deterministic, no_leak))
 
 
 def _check_layer_gradients(cls, D, H, d_ff, seed) -> None:
     ref = _reference_layer(D, H, d_ff, 0.1, False, seed)
     layer = _make_layer(cls, (D, H, d_ff, 0.1), {"norm_first": False}, ref, seed)
-    mask = _keep([4, 2], 4)
+    mask = _core.keep_first([4, 2], 4)
     x_ref = _core.randn(2, 4, D, seed=seed + 2).requires_grad_()
     x = x_ref.detach().clone().requires_grad_()
     w = _core.randn(2, 4, D, seed=seed + 4)
@@ -556,9 +508,9 @@ def _check_layer_trains_with_dropout(cls, D, H, d_ff, seed) -> None:
     with torch.no_grad():
         evaluated = _call_layer(layer, x, None, "EncoderLayer")
         layer.train()
-        with _seeded(seed):
+        with _core.seeded(seed):
             trained = _call_layer(layer, x, None, "EncoderLayer")
-    if _close(trained, evaluated, 1e-12, 0.0):
+    if _core._close(trained, evaluated, 1e-12, 0.0):
         raise GradingError(
             "EncoderLayer applies no dropout in training mode: pass the attention output "
             "through self.dropout1 and the FFN output through self.dropout2 (and its hidden "
@@ -566,6 +518,7 @@ def _check_layer_trains_with_dropout(cls, D, H, d_ff, seed) -> None:
         )
 
 
+@_core.guarded
 def check_encoder_layer(cls: type, thorough: bool = False) -> None:
     """``cls(d_model, num_heads, d_ff, dropout, norm_first=...)`` with the given ``__init__``;
     its ``forward(x, mask=None)`` must equal ``encoder_lib.EncoderLayer``, post-norm and
@@ -621,8 +574,10 @@ def _mask_problem(mask: Any, expected: torch.Tensor, H: int) -> str | None:
             "positions (their outputs would change with the padded tokens). Build the mask from "
             "token_ids and pass it: x = layer(x, mask=mask)."
         )
-    if _type(mask) is not _Tensor:
-        return f"the mask passed to the layers is a {_type(mask).__name__}, not a torch.Tensor."
+    if _core._type(mask) is not _core._Tensor:
+        return (
+            f"the mask passed to the layers is a {_core._type(mask).__name__}, not a torch.Tensor."
+        )
     if mask.dtype != torch.bool:
         return f"the mask passed to the layers has dtype {mask.dtype}; it must be boolean. {after}"
     if tuple(mask.shape) == (B, L) and L > 1:
@@ -660,18 +615,18 @@ class _EncoderCase:
     def __init__(self, cls, V, D, H, d_ff, N, dropout, max_len, pad, seed):
         self.D, self.H, self.N, self.pad, self.dropout = D, H, N, pad, dropout
         self.signature = f"Encoder({V}, {D}, {H}, {d_ff}, {N}, {dropout}, {max_len}, {pad})"
-        with _core.student_call("Encoder", *_FORBIDDEN_D), _seeded(seed):
+        with _core.student_call("Encoder", *_FORBIDDEN_D), _core.seeded(seed):
             model = cls(V, D, H, d_ff, N, dropout, max_len, pad)
-        if not _isinstance(model, nn.Module):
+        if not _core._isinstance(model, nn.Module):
             raise GradingError(f"{self.signature} should build an nn.Module.")
         embedding = getattr(model, "embedding", None)
-        if _type(embedding) is not _TokenEmbedding:
+        if _core._type(embedding) is not _TokenEmbedding:
             raise GradingError(
                 f"{self.signature}: self.embedding should be the given "
                 "encoder_lib.TokenEmbedding: keep the given __init__."
             )
         layers = getattr(model, "layers", None)
-        if not _isinstance(layers, nn.ModuleList) or len(layers) != N:
+        if not _core._isinstance(layers, nn.ModuleList) or len(layers) != N:
             raise GradingError(
                 f"{self.signature}: self.layers should be an nn.ModuleList of num_layers = {N} "
                 "EncoderLayers: keep the given __init__."
@@ -715,7 +670,7 @@ class _EncoderCase:
                 problem = _mask_problem(self.log[0]["mask"], _padding_mask(ids, self.pad), self.H)
                 if problem:
                     raise GradingError(f"{what} is wrong: {problem} ({e})") from e
-            if _isinstance(e.__cause__, RuntimeError) and "size" in f"{e.__cause__}":
+            if _core._isinstance(e.__cause__, RuntimeError) and "size" in f"{e.__cause__}":
                 self._sequence_first_probe(ids, what, e)
             raise
         _core.expect_tensor(out, what)
@@ -792,7 +747,7 @@ def _check_encoder_case(cls, V, D, H, d_ff, N, dropout, max_len, pad, B, L, leng
             "the table has shape (max_len, 1, D). With batch-first x (B, L, D), add self.pe[:L] "
             "with L = x.size(1)."
         ] = case.first_input(ids, "by_batch")
-    _compare(
+    _core.expect_close(
         first,
         x0,
         f"{what}: the input of the first layer (embedding + positional encoding)",
@@ -802,8 +757,8 @@ def _check_encoder_case(cls, V, D, H, d_ff, N, dropout, max_len, pad, B, L, leng
     )
     for entry in log[1:]:
         previous = log[entry["index"] - 1]["out"]
-        if not _close(entry["x"], previous, 1e-9, 0.0):
-            if _close(entry["x"], first, 1e-9, 0.0):
+        if not _core._close(entry["x"], previous, 1e-9, 0.0):
+            if _core._close(entry["x"], first, 1e-9, 0.0):
                 raise GradingError(
                     f"{what} is wrong: it discards the layers' outputs; every layer gets the "
                     "embeddings. Feed each layer's output to the next: x = layer(x, mask=mask)."
@@ -812,11 +767,11 @@ def _check_encoder_case(cls, V, D, H, d_ff, N, dropout, max_len, pad, B, L, leng
                 f"{what} is wrong: layer {entry['index']} does not get the output of layer "
                 f"{entry['index'] - 1}. Feed each layer's output to the next."
             )
-    if not _close(out, log[-1]["out"], 1e-9, 0.0) and _close(out, first, 1e-9, 0.0):
+    if not _core._close(out, log[-1]["out"], 1e-9, 0.0) and _core._close(out, first, 1e-9, 0.0):
         raise GradingError(
             f"{what} is wrong: it returns the embeddings, not the output of the last layer."
         )
-    _compare(out, expected, what, {}, atol=1e-5)
+    _core.expect_close(out, expected, what, atol=1e-5)
     return case, ids, x0
 
 
@@ -828,7 +783,7 @@ def _permutation_probe(case: _EncoderCase, V: int, L: int, seed: int) -> str | N
         moved = case.run(ids[:, perm], "Encoder")
     except GradingError:
         return None
-    if _close(moved, out[:, perm], 1e-7, 0.0):
+    if _core._close(moved, out[:, perm], 1e-7, 0.0):
         return (
             "the encoder has no positional information: permuting the input tokens just "
             "permutes the outputs. Add the positional encoding self.pe[:L] to the embeddings."
@@ -840,21 +795,21 @@ def _check_encoder_dropout(case: _EncoderCase, ids: torch.Tensor, x0: torch.Tens
     what = f"{case.signature} in training mode"
     case.model.train()
     try:
-        with _seeded(seed):
+        with _core.seeded(seed):
             case.run(ids, what)
     finally:
         case.model.eval()
     if not case.log:
         return
     got = case.log[0]["x"]
-    if _type(got) is not _Tensor or got.shape != x0.shape:
+    if _core._type(got) is not _core._Tensor or got.shape != x0.shape:
         return
     p = case.dropout
     zero = got.abs() < 1e-12
     kept = (got - x0 / (1 - p)).abs() < 1e-6 * (1 + x0.abs())
     if bool((zero | kept).all()) and bool(zero[x0.abs() > 1e-9].any()):
         return
-    if _close(got, x0, 1e-9, 0.0):
+    if _core._close(got, x0, 1e-9, 0.0):
         raise GradingError(
             f"{what}: self.dropout is never applied. In training mode the sum embedding + "
             "positional encoding goes through self.dropout before the layers."
@@ -865,6 +820,7 @@ def _check_encoder_dropout(case: _EncoderCase, ids: torch.Tensor, x0: torch.Tens
     )
 
 
+@_core.guarded
 def check_encoder(cls: type, thorough: bool = False) -> None:
     """``cls(vocab_size, d_model, num_heads, d_ff, num_layers, dropout, max_sequence_length,
     pad_id)`` with the given ``__init__``; its ``forward(token_ids)`` must embed (TokenEmbedding

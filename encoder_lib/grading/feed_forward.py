@@ -23,10 +23,8 @@ Mistakes the checks name:
 
 from __future__ import annotations
 
-import contextlib
 import math
 import re
-from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -39,9 +37,6 @@ from . import _core
 from ._core import ForbiddenCallError, GradingError
 
 __all__ = ["check_feed_forward", "check_count_parameters", "check_gelu"]
-
-_type = type
-_isinstance = isinstance
 
 _FFN_FORBIDDEN_TORCH = {
     torch._transformer_encoder_layer_fwd: "torch._transformer_encoder_layer_fwd",
@@ -59,22 +54,13 @@ _GELU_FORBIDDEN_TORCH = {
     torch.ops.aten.gelu.default: "torch.ops.aten.gelu",
 }
 _GELU_FORBIDDEN_PYTHON = (nn.GELU,)
+_DTYPE = (
+    "{what} has dtype {got}, but the input was {expected}: keep the input's dtype (no "
+    ".float()/.double(), no new tensors made with torch.tensor(...))."
+)
 
 
 # --- helpers -------------------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def _one_thread() -> Iterator[None]:
-    """Run a check on one intra-op thread. Its tensors are tiny, and on a busy machine (nbgrader
-    grading in parallel, Binder) a second thread makes every op wait for a time slice: the
-    feed-forward check takes about 0.1 s on one thread and over 1 s on two."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _gelu_tanh(x: torch.Tensor) -> torch.Tensor:
@@ -86,27 +72,13 @@ def _activation(name: str):
 
 
 def _is_shape_error(error: BaseException | None) -> bool:
-    if not _isinstance(error, RuntimeError):
+    if not _core._isinstance(error, RuntimeError):
         return False
     text = str(error)
     return any(
         words in text
         for words in ("cannot be multiplied", "size of tensor", "size mismatch", "must match")
     )
-
-
-def _close(a: torch.Tensor, b: torch.Tensor, atol: float = 1e-6, rtol: float = 1e-5) -> bool:
-    return a.shape == b.shape and bool(
-        torch.allclose(a.detach().double(), b.detach().double(), rtol=rtol, atol=atol)
-    )
-
-
-def _expect_dtype(y: torch.Tensor, dtype: torch.dtype, what: str) -> None:
-    if y.dtype != dtype:
-        raise GradingError(
-            f"{what} has dtype {y.dtype}, but the input was {dtype}: keep the input's dtype "
-            "(no .float()/.double(), no new tensors made with torch.tensor(...))."
-        )
 
 
 # --- FeedForward ---------------------------------------------------------------------------------
@@ -133,15 +105,17 @@ def _build_student(
     p: float,
     activation: str,
     weights: dict[str, torch.Tensor],
+    mode: str,
 ) -> nn.Module:
+    """The student's module with ``weights`` loaded, in ``mode`` ("eval" or "train")."""
     name = _ffn_name(d_model, d_ff, p, activation)
     with _core.student_call(name, _FFN_FORBIDDEN_TORCH, _FFN_FORBIDDEN_PYTHON):
         module = FeedForward(d_model, d_ff, dropout=p, activation=activation)
-        is_module = _isinstance(module, nn.Module)
+        is_module = _core._isinstance(module, nn.Module)
         names = sorted(n for n, _ in module.named_parameters()) if is_module else []
     if not is_module:
         raise GradingError(
-            f"{name} should build an nn.Module, got {_type(module).__qualname__}: keep the "
+            f"{name} should build an nn.Module, got {_core._type(module).__qualname__}: keep the "
             "given `class FeedForward(nn.Module)` and its __init__."
         )
     if names != sorted(weights):
@@ -154,6 +128,11 @@ def _build_student(
     with _core.student_call(name, _FFN_FORBIDDEN_TORCH, _FFN_FORBIDDEN_PYTHON):
         module.to(dtype)
         module.load_state_dict({k: v.clone() for k, v in weights.items()})
+    with _core.student_call(f"FeedForward.{mode}", _FFN_FORBIDDEN_TORCH, _FFN_FORBIDDEN_PYTHON):
+        if mode == "eval":
+            module.eval()
+        else:
+            module.train()
     return module
 
 
@@ -169,7 +148,7 @@ def _forward(module: nn.Module, x: torch.Tensor, d_model: int, d_ff: int) -> Any
                 f"D = {d_model} features, so it must go through linear1 (D -> d_ff = {d_ff}) "
                 f"first and linear2 (d_ff -> D) last: check the order of your layers."
             ) from e.__cause__
-        if e.__cause__ is not None and not _isinstance(e.__cause__, NotImplementedError):
+        if e.__cause__ is not None and not _core._isinstance(e.__cause__, NotImplementedError):
             hint = " forward must accept any leading dimensions, (..., D)." if x.dim() != 3 else ""
             raise GradingError(
                 f"{e} (on an input of shape {tuple(x.shape)}).{hint}"
@@ -197,7 +176,7 @@ def _expect_output(y: Any, x: torch.Tensor, what: str, d_ff: int) -> torch.Tenso
             f"{what} has the wrong shape: expected the input's shape {shape} ((..., D) with "
             f"D = {shape[-1]}), got {tuple(y.shape)}.{hint}"
         )
-    _expect_dtype(y, x.dtype, what)
+    _core.expect_dtype(y, x.dtype, what, _DTYPE)
     return y
 
 
@@ -253,9 +232,7 @@ def _check_eval(FeedForward: Any, shape: tuple[int, ...], d_ff: int, p: float, a
         expected = reference(x)
     mistakes = _ffn_mistakes(x, weights, act)
 
-    module = _build_student(FeedForward, d_model, d_ff, p, act, weights)
-    with _core.student_call("FeedForward.eval", _FFN_FORBIDDEN_TORCH, _FFN_FORBIDDEN_PYTHON):
-        module.eval()
+    module = _build_student(FeedForward, d_model, d_ff, p, act, weights, "eval")
     what = f"The output of {_ffn_name(d_model, d_ff, p, act)} in eval mode"
     with torch.no_grad():
         first = _expect_output(_forward(module, x, d_model, d_ff), x, what, d_ff)
@@ -284,21 +261,21 @@ def _check_train(
     eval_output = F.linear(hidden, weights["linear2.weight"], weights["linear2.bias"])
     left_inverse = torch.linalg.pinv(weights["linear2.weight"])  # (d_ff, D)
 
-    module = _build_student(FeedForward, d_model, d_ff, p, act, weights)
-    with _core.student_call("FeedForward.train", _FFN_FORBIDDEN_TORCH, _FFN_FORBIDDEN_PYTHON):
-        module.train()
+    module = _build_student(FeedForward, d_model, d_ff, p, act, weights, "train")
     what = f"The output of {_ffn_name(d_model, d_ff, p, act)} in train mode"
     with torch.no_grad():
         y = _expect_output(_forward(module, x, d_model, d_ff), x, what, d_ff)
         y = y.detach()
-        if _close(y, eval_output, atol=1e-9, rtol=1e-9):
+        if _core._close(y, eval_output, atol=1e-9, rtol=1e-9):
             raise GradingError(
                 f"{what} equals its eval-mode output: dropout is missing in training. With "
                 f"p = {p} about {p:.0%} of the hidden units should be zeroed in train mode. Apply "
                 "self.dropout to the activated hidden layer, just before linear2."
             )
         z = (y - weights["linear2.bias"]) @ left_inverse.T  # the hidden units linear2 received
-        if not _close(F.linear(z, weights["linear2.weight"], weights["linear2.bias"]), y, 1e-8):
+        if not _core._close(
+            F.linear(z, weights["linear2.weight"], weights["linear2.bias"]), y, 1e-8
+        ):
             _dropout_elsewhere(y, what)
         informative = hidden.abs() > 1e-3
         h, zi = hidden[informative], z[informative]
@@ -308,14 +285,14 @@ def _check_train(
         if act != "relu" and bool(dropped.any()):
             # dropout before the activation: kept units are act(scale * pre), dropped ones act(0)
             before = _activation(act)(scale * pre)[informative]
-            if _close(zi[~dropped], before[~dropped], 1e-7) and not _close(
+            if _core._close(zi[~dropped], before[~dropped], 1e-7) and not _core._close(
                 ratio, ratio * 0 + scale
             ):
                 raise GradingError(
                     f"{what} is wrong: dropout is applied before the activation; it belongs "
                     "after it: linear2(dropout(activation(linear1(x))))."
                 )
-        if ratio.numel() == 0 or not _close(ratio, ratio.mean().expand_as(ratio), 1e-6):
+        if ratio.numel() == 0 or not _core._close(ratio, ratio.mean().expand_as(ratio), 1e-6):
             _dropout_elsewhere(y, what)
         factor = float(ratio.mean())
         if abs(factor - 1) < 1e-6:
@@ -362,9 +339,7 @@ def _check_gradients(FeedForward: Any, seed: int) -> None:
     expected = {"x": x.grad.clone(), **{n: q.grad for n, q in reference.named_parameters()}}
     x.grad = None
 
-    module = _build_student(FeedForward, d_model, d_ff, 0.1, act, weights)
-    with _core.student_call("FeedForward.eval", _FFN_FORBIDDEN_TORCH, _FFN_FORBIDDEN_PYTHON):
-        module.eval()
+    module = _build_student(FeedForward, d_model, d_ff, 0.1, act, weights, "eval")
     y = _expect_output(_forward(module, x, d_model, d_ff), x, "FeedForward's output", d_ff)
     hint = (
         "make sure forward uses only differentiable tensor operations (no .detach(), .data, "
@@ -377,19 +352,18 @@ def _check_gradients(FeedForward: Any, seed: int) -> None:
         actual = {"x": x.grad, **{n: q.grad for n, q in module.named_parameters()}}
     for name, grad in expected.items():
         got = actual.get(name)
-        if got is None or not _close(got, grad):
+        if got is None or not _core._close(got, grad):
             raise GradingError(
                 f"The gradient with respect to {name} does not match the reference: {hint}"
             )
 
 
+@_core.guarded
 def check_feed_forward(FeedForward: Any, thorough: bool = False) -> None:
     """``FeedForward(d_model, d_ff, dropout, activation)`` computes
     ``linear2(dropout(activation(linear1(x))))``: in eval mode it matches encoder_lib's (ReLU and
     GELU), in train mode each hidden unit is either dropped or scaled by 1 / (1 - p)."""
-    _core.verify_untouched()
-    with _one_thread(), torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)  # the student's dropout masks, and the notebook's RNG is untouched
+    with _core.seeded(0):  # the student's dropout masks; the notebook's RNG is untouched
         _check_eval(FeedForward, (2, 5, 6), 20, 0.5, "relu", seed=400)
         _check_eval(FeedForward, (3, 4, 8), 12, 0.1, "gelu", seed=410)
         _check_train(FeedForward, (4, 5, 8), 6, 0.5, "relu", seed=420)
@@ -433,14 +407,9 @@ def _count_mistakes(D: int, d_ff: int) -> dict[int, str]:
     return {value: why for value, why in mistakes.items() if value != right}
 
 
+@_core.guarded
 def check_count_parameters(count_parameters: Any, thorough: bool = False) -> None:
     """``count_parameters(d_model, d_ff)`` equals the number of parameters of a real FFN."""
-    _core.verify_untouched()
-    with _one_thread():
-        _check_counts(count_parameters, thorough)
-
-
-def _check_counts(count_parameters: Any, thorough: bool) -> None:
     sizes = [(6, 20), (512, 2048), (3, 12)]
     if thorough:
         sizes += [(1, 1), (7, 5), (768, 3072), (1024, 4096), (100, 37), (12288, 49152)]
@@ -457,10 +426,10 @@ def _check_counts(count_parameters: Any, thorough: bool) -> None:
                 "parameters, which earns no points: this exercise asks for the formula. Count "
                 "the entries of each weight matrix and bias from d_model and d_ff."
             ) from None
-        if _type(got) is not int:
+        if _core._type(got) is not int:
             raise GradingError(
-                f"{what} should return a Python int, got {_type(got).__qualname__} ({got!r}). "
-                "Use integer arithmetic (*, +, //) and no tensors."
+                f"{what} should return a Python int, got {_core._type(got).__qualname__} "
+                f"({got!r}). Use integer arithmetic (*, +, //) and no tensors."
             )
         if got != expected:
             why = _count_mistakes(d_model, d_ff).get(got)
@@ -507,7 +476,7 @@ def _call_gelu(gelu: Any, x: torch.Tensor, what: str) -> torch.Tensor:
     if not torch.equal(x.detach(), before):
         raise GradingError("gelu changed its input in place: return a new tensor instead.")
     _core.expect_shape(y, tuple(x.shape), what)
-    _expect_dtype(y, x.dtype, what)
+    _core.expect_dtype(y, x.dtype, what, _DTYPE)
     return y
 
 
@@ -518,14 +487,9 @@ def _check_gelu_values(gelu: Any, x: torch.Tensor, what: str, atol: float = 1e-7
     _core.expect_close(y, expected, what, mistakes, atol=atol, rtol=1e-6)
 
 
+@_core.guarded
 def check_gelu(gelu: Any, thorough: bool = False) -> None:
     """``gelu(x)`` is the exact GELU x·Φ(x), as ``F.gelu``'s default, elementwise."""
-    _core.verify_untouched()
-    with _one_thread():
-        _check_gelu(gelu, thorough)
-
-
-def _check_gelu(gelu: Any, thorough: bool) -> None:
     grid = torch.linspace(-5, 5, 201, dtype=torch.float64)
     _check_gelu_values(gelu, grid, "gelu(x) for x from -5 to 5")
     _check_gelu_values(gelu, 2 * _core.randn(3, 4, 5, seed=500), "gelu(x) for x of shape (3, 4, 5)")
@@ -549,7 +513,7 @@ def _check_gelu(gelu: Any, thorough: bool) -> None:
         (grad,) = torch.autograd.grad(y.sum(), x)
     cdf = 0.5 * (1 + torch.erf(x.detach() / math.sqrt(2.0)))
     density = torch.exp(-(x.detach() ** 2) / 2) / math.sqrt(2 * math.pi)
-    if not _close(grad, cdf + x.detach() * density):
+    if not _core._close(grad, cdf + x.detach() * density):
         raise GradingError(
             "The gradient of your gelu does not match Φ(x) + x·φ(x): use differentiable "
             "torch operations (torch.erf...), no .detach(), .item() or numpy."

@@ -22,10 +22,9 @@ the student's code runs.
 from __future__ import annotations
 
 import contextlib
-import functools
 import math
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -34,7 +33,7 @@ from torch import nn
 import encoder_lib
 
 from . import _core
-from ._core import GradingError, TamperingError
+from ._core import GradingError
 
 __all__ = ["check_layer_norm", "check_layer_norm_module", "check_residual_block"]
 
@@ -54,73 +53,21 @@ _FORBIDDEN_TORCH = {
 _FORBIDDEN_PYTHON = (encoder_lib.LayerNorm,)
 
 _DEFAULT_EPS = 1e-5
-_ATOL, _RTOL = 1e-6, 1e-5
-
-# Captured when grading is imported, before any student cell runs (see _core).
-_equal = torch.equal
-_mode_stack_depth = torch._C._len_torch_function_stack
-_get_num_threads = torch.get_num_threads
-_set_num_threads = torch.set_num_threads
+_DTYPE = (
+    "{what} returns dtype {got} for an input of dtype {expected}: the output's dtype should "
+    "follow the input's (create no tensors with a fixed dtype)."
+)
 
 
-# --- defences shared by the three checks ----------------------------------------------------------
-
-_Check = TypeVar("_Check", bound=Callable[..., None])
-
-
-def _expect_no_function_mode() -> None:
-    if _mode_stack_depth() > 0:
-        raise TamperingError(
-            "A TorchFunctionMode is active in this notebook (entered and never left): it can "
-            "change what every torch function returns, so grading refuses to run. Restart the "
-            "kernel and remove the code that enters it."
-        )
-
-
-def _expect_honest_comparisons() -> None:
-    """The comparisons the checks rely on must tell different tensors apart."""
-    zeros = torch.zeros(3, dtype=torch.float64)
-    ones = torch.ones(3, dtype=torch.float64)
-    honest = (
-        _core._close(zeros, zeros.clone(), _ATOL, _RTOL)
-        and not _core._close(zeros, ones, _ATOL, _RTOL)
-        and _equal(zeros, zeros.clone())
-        and not _equal(zeros, ones)
-    )
-    if not honest:
-        raise TamperingError(
-            "torch's comparison functions give wrong answers in this notebook, so grading refuses "
-            "to run. Restart the kernel and run the notebook from the setup cell."
-        )
-
-
-def _guarded(check: _Check) -> _Check:
-    """Refuse to grade under a function mode or lying comparisons, and run the check with one
-    intra-op thread (its tensors are tiny; on a busy 2-core machine a second thread waiting for
-    work makes every small operation slow)."""
-
-    @functools.wraps(check)
-    def wrapper(*args: Any, **kwargs: Any) -> None:
-        _expect_no_function_mode()
-        _expect_honest_comparisons()
-        threads = _get_num_threads()
-        _set_num_threads(1)
-        try:
-            return check(*args, **kwargs)
-        finally:
-            _set_num_threads(threads)
-
-    return wrapper  # type: ignore[return-value]
+# --- calling the student's code ------------------------------------------------------------------
 
 
 @contextlib.contextmanager
 def _student_call(exercise: str, forbid: bool = True) -> Iterator[None]:
-    """``_core.student_call`` with this notebook's forbidden built-ins (``forbid``), and no
-    function mode left behind by the student's code."""
+    """``_core.student_call`` with this notebook's forbidden built-ins (``forbid``)."""
     forbidden = (_FORBIDDEN_TORCH, _FORBIDDEN_PYTHON) if forbid else ()
     with _core.student_call(exercise, *forbidden):
         yield
-    _expect_no_function_mode()
 
 
 # --- the reference and the classic mistakes -------------------------------------------------------
@@ -306,91 +253,89 @@ def _check_layer_norm_case(
     for tensor, original, name in zip(
         (x, w, b), originals, ("x", names.weight, names.bias), strict=True
     ):
-        if not _equal(tensor, original):
+        if not _core._equal(tensor, original):
             raise GradingError(
                 f"{what} changed {name} in place (an operation such as `x -= mean` or "
                 "`x.sub_(...)`). Compute new tensors instead: the caller's tensors must not change."
             )
     _core.expect_shape(actual, tuple(x.shape), what, "the shape of x")
-    if actual.dtype != x.dtype:
-        raise GradingError(
-            f"{what} returns dtype {actual.dtype} for an input of dtype {x.dtype}: the output's "
-            "dtype should follow the input's (create no tensors with a fixed dtype)."
-        )
+    _core.expect_dtype(actual, x.dtype, what, _DTYPE)
+
+    def nan_where_constant() -> None:
+        if bool(torch.isnan(actual).any()) and not bool(torch.isnan(x).any()):
+            constant = (x == x[..., :1]).all(dim=-1)
+            if bool(constant.any()):
+                raise GradingError(
+                    f"{what} gives NaN for a position whose D features are all equal: its "
+                    "variance is 0, so dividing by sqrt(var) divides by zero. That is what eps is "
+                    f"for: divide by sqrt(var + {names.eps}), with eps inside the square root."
+                )
+
+    def diagnosis() -> str | None:
+        return _diagnose(exercise, call, x, w, b, eps, actual, names)
+
     tol = {"atol": 1e-5, "rtol": 1e-4} if x.dtype == torch.float32 else {}
-    if _core._close(actual, expected, **{"atol": _ATOL, "rtol": _RTOL, **tol}):
-        return
-    if bool(torch.isnan(actual).any()) and not bool(torch.isnan(x).any()):
-        constant = (x == x[..., :1]).all(dim=-1)
-        if bool(constant.any()):
-            raise GradingError(
-                f"{what} gives NaN for a position whose D features are all equal: its variance "
-                f"is 0, so dividing by sqrt(var) divides by zero. That is what eps is for: "
-                f"divide by sqrt(var + {names.eps}), with eps inside the square root."
-            )
-    try:
-        _core.expect_close(actual, expected, what, mistakes, **tol)
-    except GradingError as e:
-        if "is wrong:" in str(e):
-            raise
-        _diagnose(exercise, call, x, w, b, eps, actual, what, names)
-        raise
+    _core.expect_close(
+        actual, expected, what, mistakes, probes=(nan_where_constant, diagnosis), **tol
+    )
 
 
-def _diagnose(exercise, call, x, w, b, eps, actual, what, names: _Names) -> None:
-    """No known mistake matched: look for a property that explains the difference."""
-
-    def same(a: Any, c: torch.Tensor) -> bool:
-        return _core._type(a) is _core._Tensor and _core._close(a, c, _ATOL, _RTOL)
-
+def _diagnose(exercise, call, x, w, b, eps, actual, names: _Names) -> str | None:
+    """No known mistake matched: look for a property that explains the difference (returned as
+    the description of the mistake)."""
     if x.dim() >= 2 and x.shape[0] > 1:
         changed = x.clone()
         changed[0] = changed[0] * 3.0 + 1.0
         other = _student(exercise, call, changed, w, b)
-        if not same(other[1:] if _core._type(other) is _core._Tensor else other, actual[1:]):
-            raise GradingError(
-                f"{what} is wrong: it normalises over the wrong axis. Changing the first batch "
-                "element changed the output of the others, so your statistics mix the batch "
-                "(as BatchNorm does). LayerNorm uses only each position's own D features: dim=-1."
+        if not _core._close(
+            other[1:] if _core._type(other) is _core._Tensor else other, actual[1:]
+        ):
+            return (
+                "it normalises over the wrong axis. Changing the first batch element changed the "
+                "output of the others, so your statistics mix the batch (as BatchNorm does). "
+                "LayerNorm uses only each position's own D features: dim=-1."
             )
     if x.dim() >= 3 and x.shape[1] > 1:
         changed = x.clone()
         changed[:, 0] = changed[:, 0] * 3.0 + 1.0
         other = _student(exercise, call, changed, w, b)
-        if not same(other[:, 1:] if _core._type(other) is _core._Tensor else other, actual[:, 1:]):
-            raise GradingError(
-                f"{what} is wrong: it normalises over the wrong axis. Changing the first position "
-                "of each sequence changed the output at the other positions, so your statistics "
-                "mix positions. LayerNorm uses only each position's own D features: dim=-1."
+        if not _core._close(
+            other[:, 1:] if _core._type(other) is _core._Tensor else other, actual[:, 1:]
+        ):
+            return (
+                "it normalises over the wrong axis. Changing the first position of each sequence "
+                "changed the output at the other positions, so your statistics mix positions. "
+                "LayerNorm uses only each position's own D features: dim=-1."
             )
     ones, zeros = torch.ones_like(w), torch.zeros_like(b)
     plain = _student(exercise, call, x, ones, zeros)
     if _core._type(plain) is not _core._Tensor or plain.shape != x.shape:
-        return
+        return None
     plain = plain.detach()
     if not bool(torch.isfinite(plain).all()):
-        return
+        return None
     if float(plain.mean(dim=-1).abs().max()) > 1e-6:
-        raise GradingError(
-            f"{what} is wrong: with {names.weight} = 1 and {names.bias} = 0 the D outputs of a "
-            "position should have mean 0, and yours do not. Subtract each position's mean over "
-            "the last dimension (keepdim=True so that it broadcasts)."
+        return (
+            f"with {names.weight} = 1 and {names.bias} = 0 the D outputs of a position should "
+            "have mean 0, and yours do not. Subtract each position's mean over the last dimension "
+            "(keepdim=True so that it broadcasts)."
         )
     with torch.no_grad():
         var = x.var(dim=-1, correction=0)
         target = var / (var + eps)  # the variance of x_hat
     if not _core._close(plain.var(dim=-1, correction=0), target, 1e-6, 1e-4):
-        raise GradingError(
-            f"{what} is wrong: with {names.weight} = 1 and {names.bias} = 0 each position's "
-            "output should have variance var / (var + eps), about 1, and yours does not. Divide "
-            f"(x - mean) by sqrt(var + {names.eps}), where var is the mean of (x - mean) ** 2 "
-            "over the last dimension."
+        return (
+            f"with {names.weight} = 1 and {names.bias} = 0 each position's output should have "
+            "variance var / (var + eps), about 1, and yours does not. Divide (x - mean) by "
+            f"sqrt(var + {names.eps}), where var is the mean of (x - mean) ** 2 over the last "
+            "dimension."
         )
-    if not _core._close(actual, plain * w + b, _ATOL, _RTOL):
-        raise GradingError(
-            f"{what} is wrong: the normalisation is right but the gain and offset are not applied "
-            f"as x_hat * {names.weight} + {names.bias} (elementwise, over the last dimension)."
+    if not _core._close(actual, plain * w + b):
+        return (
+            "the normalisation is right but the gain and offset are not applied as "
+            f"x_hat * {names.weight} + {names.bias} (elementwise, over the last dimension)."
         )
+    return None
 
 
 def _check_gradients(
@@ -485,7 +430,7 @@ def _describe(call: str, x: torch.Tensor, eps: float | None) -> str:
 # --- exercise 1 ----------------------------------------------------------------------------------
 
 
-@_guarded
+@_core.guarded
 def check_layer_norm(layer_norm: Callable, thorough: bool = False) -> None:
     """Exercise 1: ``layer_norm(x, weight, bias, eps=1e-5)`` normalises over the last dimension
     with the biased variance and eps inside the square root, then applies gain and offset."""
@@ -542,7 +487,7 @@ def _build(LayerNorm: type, d: int, eps: float | None, dtype: torch.dtype) -> nn
     return module.to(dtype)
 
 
-@_guarded
+@_core.guarded
 def check_layer_norm_module(LayerNorm: type, thorough: bool = False) -> None:
     """Exercise 2: ``LayerNorm(d_model, eps)`` with parameters ``weight`` (ones) and ``bias``
     (zeros); ``forward`` normalises over the last dimension exactly as ``nn.LayerNorm``."""
@@ -699,7 +644,7 @@ def _run_block(residual_block, x, sub, norm, norm_first: bool | None, what: str)
             out = residual_block(x, counted_sub, counted_norm)
         else:
             out = residual_block(x, counted_sub, counted_norm, norm_first=norm_first)
-    if not _equal(x.detach(), original.detach()):
+    if not _core._equal(x.detach(), original.detach()):
         raise GradingError(
             f"{what} changed x in place (e.g. `x += sublayer(x)`), so the caller's tensor "
             "changed too. Write `x + sublayer(...)`, which makes a new tensor."
@@ -717,21 +662,17 @@ def _check_block_case(residual_block, x, sub, norm, norm_first: bool | None) -> 
     mistakes = _residual_mistakes(x, sub, norm, first)
     actual, sub_calls, norm_calls = _run_block(residual_block, x, sub, norm, norm_first, what)
     _core.expect_shape(actual, tuple(x.shape), what, "the shape of x")
-    try:
-        _core.expect_close(actual, expected, what, mistakes)
-    except GradingError as e:
-        if "is wrong:" in str(e):
-            raise
+
+    def call_count() -> str | None:
         if norm_calls > 1:
-            raise GradingError(
-                f"{what} is wrong: it applies the norm {norm_calls} times; {kind} applies it "
-                "exactly once."
-            ) from e
+            return f"it applies the norm {norm_calls} times; {kind} applies it exactly once."
         if norm_calls == 0:
-            raise GradingError(f"{what} is wrong: it never calls norm.") from e
+            return "it never calls norm."
         if sub_calls == 0:
-            raise GradingError(f"{what} is wrong: it never calls sublayer.") from e
-        raise
+            return "it never calls sublayer."
+        return None
+
+    _core.expect_close(actual, expected, what, mistakes, probes=(call_count,))
     if sub_calls != 1:
         raise GradingError(
             f"{what} calls sublayer {sub_calls} times: call it once and reuse the result (a "
@@ -745,7 +686,7 @@ def _check_block_case(residual_block, x, sub, norm, norm_first: bool | None) -> 
         )
 
 
-@_guarded
+@_core.guarded
 def check_residual_block(residual_block: Callable, thorough: bool = False) -> None:
     """Exercise 3: ``residual_block(x, sublayer, norm, norm_first=False)`` returns
     ``norm(x + sublayer(x))`` (post-norm) or, with ``norm_first=True``,

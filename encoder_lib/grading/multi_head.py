@@ -78,26 +78,6 @@ _SHAPE_HINT = (
 
 
 @contextlib.contextmanager
-def _one_thread() -> Iterator[None]:
-    """Run a check on one thread. Its tensors are tiny, and on a busy 2-core machine torch's
-    thread pool made the checks 20 times slower (seconds instead of a fraction of a second)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
-
-
-def _innermost_function(tb: Any) -> str | None:
-    name = None
-    while tb is not None:
-        name = tb.tb_frame.f_code.co_name
-        tb = tb.tb_next
-    return name
-
-
-@contextlib.contextmanager
 def _student(
     exercise: str,
     forbidden: bool = False,
@@ -113,11 +93,11 @@ def _student(
         ):
             yield
     except GradingError as e:
-        if type(e) is not GradingError:
+        if _core._type(e) is not GradingError:
             raise
         cause = e.__cause__
         if isinstance(cause, NotImplementedError):
-            where = _innermost_function(cause.__traceback__)
+            where = _core.innermost_function(cause)
             if where == "_forward_unimplemented":
                 raise GradingError(
                     f"{exercise}: your class has no method `forward` (check its spelling and "
@@ -196,14 +176,10 @@ _MERGE_INTERLEAVED = (
 )
 
 
+@_core.guarded
 def check_split_heads(split_heads: Callable[..., Any], thorough: bool = False) -> None:
     """``split_heads(x, num_heads)`` turns ``(B, L, D)`` into ``(B, H, L, d_head)``, head h
     holding features ``[h * d_head, (h + 1) * d_head)`` of every token."""
-    with _one_thread():
-        _check_split_heads(split_heads, thorough)
-
-
-def _check_split_heads(split_heads: Callable[..., Any], thorough: bool) -> None:
     cases = [(2, 3, 20, 4)]  # (B, L, D, H): all sizes distinct, so a swapped axis shows
     if thorough:
         cases += [(1, 1, 6, 1), (3, 4, 6, 6), (2, 5, 24, 3), (1, 7, 16, 8)]
@@ -238,14 +214,10 @@ def _check_split_heads(split_heads: Callable[..., Any], thorough: bool) -> None:
         _expect_grad(x, g.transpose(1, 2).reshape(B, L, D), "split_heads", "x", "split_heads")
 
 
+@_core.guarded
 def check_merge_heads(merge_heads: Callable[..., Any], thorough: bool = False) -> None:
     """``merge_heads(x)`` turns ``(B, H, L, d_head)`` back into ``(B, L, D)``, the inverse of
     ``split_heads``."""
-    with _one_thread():
-        _check_merge_heads(merge_heads, thorough)
-
-
-def _check_merge_heads(merge_heads: Callable[..., Any], thorough: bool) -> None:
     cases = [(2, 4, 3, 5)]  # (B, H, L, d_head): all sizes distinct
     if thorough:
         cases += [(1, 1, 1, 6), (3, 6, 4, 1), (2, 3, 5, 8), (1, 8, 7, 2)]
@@ -616,10 +588,6 @@ def _build(cls: Any, D: int, H: int, dropout: float | None = None) -> nn.Module:
 
 def _case_inputs(name: str, seed: int) -> tuple[str, int, int, tuple, torch.Tensor | None]:
     """``(description, D, H, (query, key, value), mask)`` for one named case."""
-
-    def keep(B: int, L: int, lengths: list[int]) -> torch.Tensor:
-        return (torch.arange(L)[None, :] < torch.tensor(lengths)[:, None])[:, None, None, :]
-
     if name == "self":
         B, L, D, H = 2, 5, 12, 3
         x = _core.randn(B, L, D, seed=seed)
@@ -627,7 +595,7 @@ def _case_inputs(name: str, seed: int) -> tuple[str, int, int, tuple, torch.Tens
     if name == "padding":
         B, L, D, H = 2, 5, 12, 3
         x = _core.randn(B, L, D, seed=seed)
-        mask = keep(B, L, [4, 2])
+        mask = _core.keep_first([4, 2], L)
         return (
             f"self-attention on x of shape {(B, L, D)} with a padding mask of shape (B, 1, 1, L) "
             "(True = may attend)",
@@ -648,7 +616,7 @@ def _case_inputs(name: str, seed: int) -> tuple[str, int, int, tuple, torch.Tens
             D,
             H,
             (q, k, v),
-            keep(B, L_k, [5, 3]) if masked else None,
+            _core.keep_first([5, 3], L_k) if masked else None,
         )
     if name == "cross_same_length":
         B, L, D, H = 3, 4, 8, 2
@@ -766,72 +734,50 @@ def _run_case(cls: Any, name: str, seed: int, dropout: float | None = None) -> N
                 f"training=self.training). ({e})"
             ) from None
         return
-    _expect_close(
+    # When no known mistake explains a difference, a broken property of the weights may.
+    _core.expect_close(
         out,
         expected_out,
         f"{what} the output",
         lambda: {m: o for m, o, _ in mistakes() if o is not None},
-        weights,
-        mask,
+        probes=(lambda: _expect_weight_properties(f"{what} the output", weights, mask),),
     )
-    _expect_close(
+    _core.expect_close(
         weights,
         expected_w,
         f"{what} the weights tensor",
         lambda: {m: w for m, _, w in mistakes()},
-        weights,
-        mask,
+        probes=(lambda: _expect_weight_properties(f"{what} the weights tensor", weights, mask),),
     )
 
 
-def _expect_close(
-    actual: torch.Tensor,
-    expected: torch.Tensor,
-    what: str,
-    mistakes: Callable[[], dict[str, torch.Tensor]],
-    weights: torch.Tensor,
-    mask: torch.Tensor | None,
-) -> None:
-    """``_core.expect_close`` with the known mistakes computed only on a mismatch; when none of
-    them explains the difference, first report a broken property of the weights (padding
-    leaks, rows that do not sum to 1), if any."""
-    try:
-        _core.expect_close(actual, expected, what)
-        return
-    except GradingError as e:
-        if "does not match the reference" not in str(e):
-            raise
-    try:
-        _core.expect_close(actual, expected, what, mistakes())
-    except GradingError as e:
-        if "does not match the reference" not in str(e):
-            raise
-        with torch.no_grad():
-            w = weights.detach().to(torch.float64)
-            if mask is not None:
-                hidden = ~mask.expand(w.shape)
-                leak = float(w[hidden].abs().max()) if bool(hidden.any()) else 0.0
-                if not leak <= 1e-9:
-                    raise GradingError(
-                        f"{what} is wrong, and padding leaks: your weights give up to {leak:.3g} "
-                        "to keys where the mask is False (True = may attend). Those keys must get "
-                        "exactly zero weight: set their scores to -inf before the softmax."
-                    ) from None
-            error = float((w.sum(dim=-1) - 1).abs().max())
-            if not error <= 1e-6:
+def _expect_weight_properties(what: str, weights: torch.Tensor, mask: torch.Tensor | None) -> None:
+    """Raise when ``weights`` let padding leak or have rows that do not sum to 1."""
+    with torch.no_grad():
+        w = weights.detach().to(torch.float64)
+        if mask is not None:
+            hidden = ~mask.expand(w.shape)
+            leak = float(w[hidden].abs().max()) if bool(hidden.any()) else 0.0
+            if not leak <= 1e-9:
                 raise GradingError(
-                    f"{what} is wrong, and each query's weights should sum to 1 over the keys "
-                    f"(softmax over the last dimension); yours are off by up to {error:.3g}."
-                ) from None
-        raise
+                    f"{what} is wrong, and padding leaks: your weights give up to {leak:.3g} "
+                    "to keys where the mask is False (True = may attend). Those keys must get "
+                    "exactly zero weight: set their scores to -inf before the softmax."
+                )
+        error = float((w.sum(dim=-1) - 1).abs().max())
+        if not error <= 1e-6:
+            raise GradingError(
+                f"{what} is wrong, and each query's weights should sum to 1 over the keys "
+                f"(softmax over the last dimension); yours are off by up to {error:.3g}."
+            )
 
 
+@_core.guarded
 def check_multi_head_attention(MultiHeadAttention: Any, thorough: bool = False) -> None:
     """``MultiHeadAttention(embed_dim, num_heads, dropout=0.0)``: ``forward(query, key, value,
     mask=None)`` returns ``(output (B, L_q, D), weights (B, H, L_q, L_k))``. The reference's
     weights are loaded into the module with ``load_reference_weights`` (any of its layouts)."""
-    # fork_rng: leave the notebook's random stream untouched
-    with _one_thread(), torch.random.fork_rng(devices=[]):
+    with _core.seeded():  # modules are built from a fork: the notebook's random stream is untouched
         names = ["self", "padding", "cross"]
         if thorough:
             names += ["cross_masked", "cross_same_length", "causal", "full_mask", "tiny"]

@@ -8,38 +8,24 @@ tested here is what nbgrader scores.
 
 from __future__ import annotations
 
-import json
 import math
-import re
 import subprocess
 import sys
 import warnings
-from functools import cache
-from pathlib import Path
 
 import pytest
 import torch
+from notebook_namespace import ROOT, SolutionNotebook, stub
 from torch.overrides import TorchFunctionMode
-from variants import Variant, load
+from variants import Variant
 
 import encoder_lib
 from encoder_lib import grading
-from encoder_lib.grading import ForbiddenCallError, GradingError, TamperingError
+from encoder_lib.grading import ForbiddenCallError, GradingError, TamperingError, _core
 from encoder_lib.grading import attention as checks
 
-NOTEBOOK = (
-    Path(__file__).resolve().parents[2] / "solutions/01_self_attention/01_self_attention.ipynb"
-)
-BUGGY, CORRECT = load("01_self_attention")
-SETUP = """\
-import math
-import torch
-import torch.nn.functional as F
-from torch import nn
-import encoder_lib
-from encoder_lib import grading
-"""
-STUB = "# YOUR CODE HERE\nraise NotImplementedError()"
+NOTEBOOK = SolutionNotebook("01_self_attention")
+BUGGY, CORRECT = NOTEBOOK.buggy, NOTEBOOK.correct
 # The test cells whose checks call each answer cell's function (the reference attention calls
 # attention_scores and masked_softmax).
 DEPENDENTS = {
@@ -50,53 +36,17 @@ DEPENDENTS = {
 }
 
 
-@cache
-def notebook_cells() -> tuple[dict[str, str], dict[str, str]]:
-    """``(answers, tests)``: grade_id -> source of the answer cells and of the test cells."""
-    answers, tests = {}, {}
-    for cell in json.loads(NOTEBOOK.read_text(encoding="utf-8"))["cells"]:
-        meta = cell.get("metadata", {}).get("nbgrader", {})
-        source = "".join(cell["source"])
-        if meta.get("solution") and cell["cell_type"] == "code":
-            answers[meta["grade_id"]] = source
-        elif meta.get("grade"):
-            tests[meta["grade_id"]] = source
-    return answers, tests
-
-
-def stub(source: str) -> str:
-    """The answer cell as nbgrader releases it (solution region replaced by the stub)."""
-
-    def replace(match: re.Match[str]) -> str:
-        indent = match.group(1)
-        return "".join(f"{indent}{line}\n" for line in STUB.splitlines())
-
-    pattern = r"^([ \t]*)### BEGIN SOLUTION\n.*?^[ \t]*### END SOLUTION\n?"
-    return re.sub(pattern, replace, source, flags=re.S | re.M)
-
-
-def namespace(**replaced: str) -> dict:
-    """The notebook's namespace after its answer cells, ``replaced`` ones swapped in."""
-    ns: dict = {}
-    exec(SETUP, ns)
-    answers, _ = notebook_cells()
-    for grade_id, source in answers.items():
-        exec(compile(replaced.get(grade_id, source), f"<cell {grade_id}>", "exec"), ns)
-    return ns
-
-
 def run_test_cell(ns: dict, grade_id: str) -> GradingError | None:
     """Execute a test cell as nbgrader does; the error that would score it 0, or None."""
-    _, tests = notebook_cells()
     try:
-        exec(compile(tests[grade_id], f"<cell {grade_id}>", "exec"), ns)
+        NOTEBOOK.execute(grade_id, ns)
     except GradingError as e:
         return e
     return None
 
 
 def test_notebook_has_the_expected_cells():
-    answers, tests = notebook_cells()
+    answers, tests = NOTEBOOK.answers, NOTEBOOK.tests
     assert list(answers) == list(DEPENDENTS)
     assert set(tests) == {f"test_{name}" for name in DEPENDENTS}
     for variant in BUGGY + CORRECT:
@@ -105,8 +55,8 @@ def test_notebook_has_the_expected_cells():
 
 
 def test_reference_solution_passes_every_test_cell(capsys):
-    ns = namespace()
-    _, tests = notebook_cells()
+    ns = NOTEBOOK.namespace()
+    tests = NOTEBOOK.tests
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         for grade_id in tests:
@@ -118,7 +68,7 @@ def test_reference_solution_passes_every_test_cell(capsys):
 
 @pytest.mark.parametrize("variant", BUGGY, ids=lambda v: v.name)
 def test_buggy_answer_is_rejected_and_named(variant: Variant):
-    ns = namespace(**{variant.cell: variant.source})
+    ns = NOTEBOOK.namespace({variant.cell: variant.source})
     errors = {gid: run_test_cell(ns, gid) for gid in DEPENDENTS[variant.cell]}
     failing = {gid for gid, error in errors.items() if error is not None}
     assert failing == set(variant.fails)
@@ -128,7 +78,7 @@ def test_buggy_answer_is_rejected_and_named(variant: Variant):
 
 @pytest.mark.parametrize("variant", CORRECT, ids=lambda v: v.name)
 def test_correct_answer_passes(variant: Variant, capsys):
-    ns = namespace(**{variant.cell: variant.source})
+    ns = NOTEBOOK.namespace({variant.cell: variant.source})
     for grade_id in DEPENDENTS[variant.cell]:
         assert run_test_cell(ns, grade_id) is None, grade_id
     assert capsys.readouterr().err == ""
@@ -138,8 +88,8 @@ def test_correct_answer_passes(variant: Variant, capsys):
 
 
 def test_untouched_stubs_say_not_written_yet():
-    answers, tests = notebook_cells()
-    ns = namespace(**{gid: stub(source) for gid, source in answers.items()})
+    answers, tests = NOTEBOOK.answers, NOTEBOOK.tests
+    ns = NOTEBOOK.namespace({gid: stub(source) for gid, source in answers.items()})
     for grade_id in tests:
         error = run_test_cell(ns, grade_id)
         assert error is not None, grade_id
@@ -148,15 +98,15 @@ def test_untouched_stubs_say_not_written_yet():
 
 
 def test_attention_names_the_helper_that_is_still_a_stub():
-    answers, _ = notebook_cells()
-    ns = namespace(attention_scores=stub(answers["attention_scores"]))
+    answers = NOTEBOOK.answers
+    ns = NOTEBOOK.namespace({"attention_scores": stub(answers["attention_scores"])})
     error = run_test_cell(ns, "test_scaled_dot_product_attention")
     assert error is not None
     assert "calls attention_scores, which is not written yet" in str(error)
 
 
 def test_stub_keeps_the_signature_and_docstring():
-    answers, _ = notebook_cells()
+    answers = NOTEBOOK.answers
     for grade_id, source in answers.items():
         released = stub(source)
         assert "### BEGIN SOLUTION" not in released
@@ -311,9 +261,9 @@ def test_visible_cases_use_distinct_mistakes():
     for mask in (checks._pattern_mask(), checks._dead_row_mask()):
         right = checks._reference_weights(scores, mask)
         for description, wrong in checks._weight_mistakes(scores, mask).items():
-            assert not checks._close(wrong, right), description
+            assert not _core._close(wrong, right), description
     for description, wrong in checks._scale_mistakes(query, key).items():
-        assert not checks._close(wrong, scores), description
+        assert not _core._close(wrong, scores), description
 
 
 class _EverythingMatches(TorchFunctionMode):
@@ -334,17 +284,13 @@ def test_function_mode_left_active_is_refused():
         mode.__exit__(None, None, None)
 
 
-def test_function_mode_entered_by_the_answer_is_refused():
+def test_function_mode_entered_by_the_answer_is_refused(clean_mode_stack):
     def answer(query, key):
         _EverythingMatches().__enter__()
         return torch.zeros(*query.shape[:-1], key.shape[-2])
 
-    try:
-        with pytest.raises(TamperingError, match="TorchFunctionMode"):
-            grading.check_attention_scores(answer)
-    finally:
-        while torch._C._len_torch_function_stack() > 0:
-            torch._C._pop_torch_function_stack()
+    with pytest.raises(TamperingError, match="TorchFunctionMode"):
+        grading.check_attention_scores(answer)
 
 
 def test_comparisons_rebound_before_the_setup_cell_are_noticed():
@@ -360,8 +306,7 @@ def test_comparisons_rebound_before_the_setup_cell_are_noticed():
         "except grading.TamperingError as e:\n"
         "    print('refused:', e)\n"
     )
-    root = Path(__file__).resolve().parents[2]
     done = subprocess.run(
-        [sys.executable, "-c", script], cwd=root, capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120
     )
     assert "refused: torch's comparison functions give wrong answers" in done.stdout, done.stderr

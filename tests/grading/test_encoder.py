@@ -10,112 +10,58 @@ one must pass every test cell, hidden part included, without printing or warning
 
 from __future__ import annotations
 
-import json
-import math
 import re
-from pathlib import Path
 
 import pytest
 import torch
-import torch.nn.functional as F
-from torch import nn
-from variants import Variant, load
+from notebook_namespace import (
+    Check,
+    SolutionNotebook,
+    expect_exported,
+    expect_silence,
+    returning_subclass,
+    stub,
+)
+from variants import Variant
 
-import encoder_lib
 from encoder_lib import grading
 from encoder_lib.grading import ForbiddenCallError, GradingError
 
-NOTEBOOK = Path(__file__).resolve().parents[2] / "solutions/05_encoder/05_encoder.ipynb"
-BUGGY, CORRECT = load("05_encoder")
-
 # test cell grade_id -> (answer cell grade_id, the name the answer defines, its check)
 CHECKS = {
-    "test_sinusoidal_positional_encoding": (
+    "test_sinusoidal_positional_encoding": Check(
         "sinusoidal_positional_encoding",
         "sinusoidal_positional_encoding",
         grading.check_sinusoidal_positional_encoding,
     ),
-    "test_make_padding_mask": (
-        "make_padding_mask",
-        "make_padding_mask",
-        grading.check_make_padding_mask,
+    "test_make_padding_mask": Check(
+        "make_padding_mask", "make_padding_mask", grading.check_make_padding_mask
     ),
-    "test_encoder_layer": ("encoder_layer", "EncoderLayer", grading.check_encoder_layer),
-    "test_encoder": ("encoder", "Encoder", grading.check_encoder),
+    "test_encoder_layer": Check("encoder_layer", "EncoderLayer", grading.check_encoder_layer),
+    "test_encoder": Check("encoder", "Encoder", grading.check_encoder),
 }
-ANSWERS = [answer for answer, _, _ in CHECKS.values()]
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """The checks are tiny; one thread avoids thread contention on a shared 2-core machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-def _cells() -> dict[str, str]:
-    """grade_id -> source of every nbgrader cell of the solution notebook."""
-    notebook = json.loads(NOTEBOOK.read_text(encoding="utf-8"))
-    cells = {}
-    for cell in notebook["cells"]:
-        grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
-        if grade_id:
-            source = cell["source"]
-            cells[grade_id] = source if isinstance(source, str) else "".join(source)
-    return cells
-
-
-CELLS = _cells()
-
-
-def _stub(source: str) -> str:
-    """An answer cell as `nbgrader generate_assignment` hands it to students."""
-    block = re.compile(r"^([ \t]*)### BEGIN SOLUTION\n.*?^[ \t]*### END SOLUTION", re.S | re.M)
-    return block.sub(r"\1# YOUR CODE HERE\n\1raise NotImplementedError()", source)
-
-
-def _namespace(replace: dict[str, str] | None = None) -> dict:
-    namespace = {
-        "__name__": "__main__",
-        "math": math,
-        "torch": torch,
-        "F": F,
-        "nn": nn,
-        "encoder_lib": encoder_lib,
-        "grading": grading,
-    }
-    for answer in ANSWERS:
-        source = (replace or {}).get(answer, CELLS[answer])
-        exec(compile(source, f"<{answer}>", "exec"), namespace)
-    return namespace
-
-
-def _run(test_cell: str, namespace: dict, thorough: bool) -> None:
-    _, name, check = CHECKS[test_cell]
-    check(namespace[name], thorough=thorough)
+NOTEBOOK = SolutionNotebook("05_encoder", CHECKS)
+BUGGY, CORRECT = NOTEBOOK.buggy, NOTEBOOK.correct
+ANSWERS = NOTEBOOK.answers
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _error(test_cell: str, namespace: dict) -> GradingError | None:
     """What the test cell raises, or None if it passes. ``thorough=True`` runs the visible cases
     first, so the message is the one the student sees when the visible part fails."""
-    try:
-        _run(test_cell, namespace, thorough=True)
-    except GradingError as e:
-        return e
-    return None
+    return NOTEBOOK.grade(test_cell, namespace, visible=False)
 
 
 # --- the notebook and the module ----------------------------------------------------------------
 
 
 def test_notebook_has_the_cells_the_checks_and_variants_use():
-    for test_cell, (answer, name, _) in CHECKS.items():
-        assert "### BEGIN SOLUTION" in CELLS[answer]
-        assert re.search(rf"^(def|class) {name}\b", CELLS[answer], re.M)
-        assert f"grading.{CHECKS[test_cell][2].__name__}(" in CELLS[test_cell]
-        assert "### BEGIN HIDDEN TESTS" in CELLS[test_cell]
+    assert list(ANSWERS) == [answer for answer, _, _ in CHECKS.values()]
+    for test_cell, (answer, name, check) in CHECKS.items():
+        assert "### BEGIN SOLUTION" in NOTEBOOK.source(answer)
+        assert re.search(rf"^(def|class) {name}\b", NOTEBOOK.source(answer), re.M)
+        assert f"grading.{check.__name__}(" in NOTEBOOK.source(test_cell)
+        assert "### BEGIN HIDDEN TESTS" in NOTEBOOK.source(test_cell)
     for variant in BUGGY + CORRECT:
         assert variant.cell in ANSWERS, variant.name
         assert set(variant.fails) <= set(CHECKS), variant.name
@@ -124,30 +70,25 @@ def test_notebook_has_the_cells_the_checks_and_variants_use():
 
 
 def test_public_checks_are_exported():
-    expected = {check.__name__ for _, _, check in CHECKS.values()}
-    assert set(grading.encoder.__all__) == expected
-    for name in expected:
-        assert getattr(grading, name) is getattr(grading.encoder, name)
+    expect_exported(grading.encoder, {check.__name__ for _, _, check in CHECKS.values()})
 
 
 # --- the reference solution ---------------------------------------------------------------------
 
 
 def test_reference_solution_passes_silently_and_leaves_the_random_state(capsys, recwarn):
-    namespace = _namespace()
+    namespace = NOTEBOOK.namespace()
     state = torch.get_rng_state()
     for test_cell in CHECKS:
-        _run(test_cell, namespace, thorough=True)
+        NOTEBOOK.run(test_cell, namespace, thorough=True)
     assert torch.equal(torch.get_rng_state(), state), "a check used the notebook's random state"
-    captured = capsys.readouterr()
-    assert captured.out == "" and captured.err == ""
-    assert len(recwarn) == 0, [str(w.message) for w in recwarn]
+    expect_silence(capsys, recwarn)
 
 
 @pytest.mark.parametrize("test_cell", list(CHECKS))
 def test_test_cell_prints_correct_on_the_reference(test_cell, capsys):
-    namespace = _namespace()
-    exec(compile(CELLS[test_cell], f"<{test_cell}>", "exec"), namespace)
+    namespace = NOTEBOOK.namespace()
+    NOTEBOOK.execute(test_cell, namespace)
     captured = capsys.readouterr()
     assert captured.out.startswith("Correct:") and captured.err == ""
 
@@ -158,7 +99,7 @@ def test_test_cell_prints_correct_on_the_reference(test_cell, capsys):
 @pytest.mark.parametrize("variant", BUGGY, ids=[v.name for v in BUGGY])
 def test_buggy_answer_fails_its_cells_and_is_named(variant: Variant):
     assert variant.fails and variant.says
-    namespace = _namespace({variant.cell: variant.source})
+    namespace = NOTEBOOK.namespace({variant.cell: variant.source})
     own_test = f"test_{variant.cell}"
     assert own_test in variant.fails, "a buggy answer fails at least its own test cell"
     errors = {test_cell: _error(test_cell, namespace) for test_cell in CHECKS}
@@ -173,12 +114,8 @@ def test_buggy_answer_fails_its_cells_and_is_named(variant: Variant):
 
 @pytest.mark.parametrize("variant", CORRECT, ids=[v.name for v in CORRECT])
 def test_correct_answer_passes_silently(variant: Variant, capsys, recwarn):
-    namespace = _namespace({variant.cell: variant.source})
-    for test_cell in CHECKS:
-        _run(test_cell, namespace, thorough=True)
-    captured = capsys.readouterr()
-    assert captured.out == "" and captured.err == ""
-    assert len(recwarn) == 0, [str(w.message) for w in recwarn]
+    NOTEBOOK.expect_accepted({variant.cell: variant.source}, visible=False)
+    expect_silence(capsys, recwarn)
 
 
 def test_the_spec_mistakes_are_all_covered():
@@ -211,9 +148,9 @@ FORBIDDEN = [v for v in BUGGY if v.name.startswith(("calls_", "uses_", "module_w
 
 @pytest.mark.parametrize("variant", FORBIDDEN, ids=[v.name for v in FORBIDDEN])
 def test_delegating_to_a_forbidden_builtin_is_refused_with_a_reason(variant: Variant):
-    namespace = _namespace({variant.cell: variant.source})
+    namespace = NOTEBOOK.namespace({variant.cell: variant.source})
     with pytest.raises(ForbiddenCallError) as info:
-        _run(f"test_{variant.cell}", namespace, thorough=False)
+        NOTEBOOK.run(f"test_{variant.cell}", namespace, thorough=False)
     message = str(info.value)
     assert variant.says in message
     assert "already does what this exercise asks you to write" in message
@@ -223,41 +160,27 @@ def test_every_exercise_has_a_forbidden_delegation():
     assert {v.cell for v in FORBIDDEN} == set(ANSWERS)
 
 
-_SNEAKY = "class Sneaky(torch.Tensor):\n    pass\n\n\n"
-
-
-def _returning_subclass(answer: str) -> str:
-    """The reference answer with each `return value` turned into a Tensor subclass."""
-    source = re.sub(
-        r"^(\s*)return (.+?)(\s*#.*)?$",
-        r"\1return (\2).as_subclass(Sneaky)",
-        CELLS[answer],
-        flags=re.M,
-    )
-    return _SNEAKY + source
-
-
 @pytest.mark.parametrize("test_cell", list(CHECKS))
 def test_tensor_subclass_output_is_rejected(test_cell):
     answer = CHECKS[test_cell][0]
-    namespace = _namespace({answer: _returning_subclass(answer)})
+    namespace = NOTEBOOK.namespace({answer: returning_subclass(NOTEBOOK.source(answer))})
     with pytest.raises(GradingError, match="Tensor subclass"):
-        _run(test_cell, namespace, thorough=False)
+        NOTEBOOK.run(test_cell, namespace, thorough=False)
 
 
 @pytest.mark.parametrize("test_cell", list(CHECKS))
 def test_untouched_stub_is_not_written_yet(test_cell):
-    stubs = {answer: _stub(CELLS[answer]) for answer in ANSWERS}
-    for stub in stubs.values():
-        assert "### BEGIN SOLUTION" not in stub and "raise NotImplementedError()" in stub
-    namespace = _namespace(stubs)
+    stubs = {answer: stub(source) for answer, source in ANSWERS.items()}
+    for released in stubs.values():
+        assert "### BEGIN SOLUTION" not in released and "raise NotImplementedError()" in released
+    namespace = NOTEBOOK.namespace(stubs)
     with pytest.raises(GradingError, match="is not written yet") as info:
-        _run(test_cell, namespace, thorough=False)
+        NOTEBOOK.run(test_cell, namespace, thorough=False)
     assert "raise NotImplementedError()" in str(info.value)
 
 
 def test_rebinding_torch_is_refused():
-    namespace = _namespace()
+    namespace = NOTEBOOK.namespace()
     original = torch.allclose
     torch.allclose = lambda *args, **kwargs: True
     try:
@@ -272,16 +195,17 @@ def test_rebinding_torch_is_refused():
 
 def test_encoder_check_does_not_depend_on_the_layer_exercise():
     """A student stuck on (c) can still earn (d): the check swaps in reference layers."""
-    namespace = _namespace({"encoder_layer": _stub(CELLS["encoder_layer"])})
+    namespace = NOTEBOOK.namespace({"encoder_layer": stub(NOTEBOOK.source("encoder_layer"))})
     with pytest.raises(GradingError, match="not written yet"):
-        _run("test_encoder_layer", namespace, thorough=False)
-    _run("test_encoder", namespace, thorough=True)
+        NOTEBOOK.run("test_encoder_layer", namespace, thorough=False)
+    NOTEBOOK.run("test_encoder", namespace, thorough=True)
 
 
 def test_encoder_may_use_the_library_mask_when_stuck_on_the_mask_exercise():
-    stub = _stub(CELLS["make_padding_mask"])
+    released = stub(NOTEBOOK.source("make_padding_mask"))
+    namespace = NOTEBOOK.namespace({"make_padding_mask": released})
     with pytest.raises(GradingError, match="not written yet"):
-        _run("test_encoder", _namespace({"make_padding_mask": stub}), thorough=False)
+        NOTEBOOK.run("test_encoder", namespace, thorough=False)
     library = next(v for v in CORRECT if v.name == "encoder_library_mask_and_unsqueeze")
-    namespace = _namespace({"make_padding_mask": stub, "encoder": library.source})
-    _run("test_encoder", namespace, thorough=True)
+    namespace = NOTEBOOK.namespace({"make_padding_mask": released, "encoder": library.source})
+    NOTEBOOK.run("test_encoder", namespace, thorough=True)

@@ -10,99 +10,39 @@ included, without printing or warning.
 
 from __future__ import annotations
 
-import json
-import math
-import re
-from pathlib import Path
-
 import pytest
 import torch
 import torch.nn.functional as F
-from torch import nn
-from variants import Variant, load
+from notebook_namespace import Check, SolutionNotebook, expect_exported, expect_silence, stub
+from variants import Variant
 
-import encoder_lib
 from encoder_lib import grading
 from encoder_lib.grading import ForbiddenCallError, GradingError
 
-NOTEBOOK = Path(__file__).resolve().parents[2] / "solutions/04_feed_forward/04_feed_forward.ipynb"
-BUGGY, CORRECT = load("04_feed_forward")
-
-# test cell -> (answer cell, the name the answer defines, its check, its points)
+# test cell -> (answer cell, the name the answer defines, its check)
 CHECKS = {
-    "test_feed_forward": ("answer_feed_forward", "FeedForward", grading.check_feed_forward, 4),
-    "test_count_parameters": (
-        "answer_count_parameters",
-        "count_parameters",
-        grading.check_count_parameters,
-        2,
+    "test_feed_forward": Check("answer_feed_forward", "FeedForward", grading.check_feed_forward),
+    "test_count_parameters": Check(
+        "answer_count_parameters", "count_parameters", grading.check_count_parameters
     ),
-    "test_gelu": ("answer_gelu", "gelu", grading.check_gelu, 2),
+    "test_gelu": Check("answer_gelu", "gelu", grading.check_gelu),
 }
-ANSWERS = [answer for answer, _, _, _ in CHECKS.values()]
-
-
-def _nbgrader_cells() -> dict[str, dict]:
-    """grade_id -> cell, for every nbgrader cell of the solution notebook."""
-    notebook = json.loads(NOTEBOOK.read_text(encoding="utf-8"))
-    cells = {}
-    for cell in notebook["cells"]:
-        grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
-        if grade_id:
-            source = cell["source"]
-            cells[grade_id] = {**cell, "source": "".join(source)}
-    return cells
-
-
-CELLS = _nbgrader_cells()
-
-
-def _stub(source: str) -> str:
-    """An answer cell as nbgrader's generate_assignment releases it."""
-    solution = re.compile(r"^([ \t]*)### BEGIN SOLUTION\n.*?^[ \t]*### END SOLUTION", re.S | re.M)
-    return solution.sub(r"\1# YOUR CODE HERE\n\1raise NotImplementedError()", source)
-
-
-def _namespace(replace: dict[str, str] | None = None) -> dict:
-    """The notebook's globals once its answer cells have run, some of them replaced."""
-    namespace = {
-        "__name__": "__main__",
-        "math": math,
-        "torch": torch,
-        "F": F,
-        "nn": nn,
-        "encoder_lib": encoder_lib,
-        "grading": grading,
-    }
-    for answer in ANSWERS:
-        source = (replace or {}).get(answer, CELLS[answer]["source"])
-        exec(compile(source, f"<{answer}>", "exec"), namespace)
-    return namespace
-
-
-def _grade(test_cell: str, namespace: dict, thorough: bool = True) -> None:
-    """What the test cell does: the visible check, then (thorough) the hidden one."""
-    _, name, check, _ = CHECKS[test_cell]
-    check(namespace[name])
-    if thorough:
-        check(namespace[name], thorough=True)
-
-
-def _failure(test_cell: str, namespace: dict) -> GradingError:
-    with pytest.raises(GradingError) as caught:
-        _grade(test_cell, namespace)
-    return caught.value
+POINTS = {"test_feed_forward": 4, "test_count_parameters": 2, "test_gelu": 2}
+NOTEBOOK = SolutionNotebook("04_feed_forward", CHECKS)
+BUGGY, CORRECT = NOTEBOOK.buggy, NOTEBOOK.correct
+ANSWERS = NOTEBOOK.answers
 
 
 # --- the notebook and the variants fit together -------------------------------------------------
 
 
 def test_notebook_has_the_cells_and_points_the_checks_expect():
-    for test_cell, (answer, name, check, points) in CHECKS.items():
-        assert "### BEGIN SOLUTION" in CELLS[answer]["source"]
-        meta = CELLS[test_cell]["metadata"]["nbgrader"]
-        assert meta["grade"] and meta["locked"] and meta["points"] == points
-        source = CELLS[test_cell]["source"]
+    assert list(ANSWERS) == [answer for answer, _, _ in CHECKS.values()]
+    for test_cell, (answer, name, check) in CHECKS.items():
+        assert "### BEGIN SOLUTION" in NOTEBOOK.source(answer)
+        meta = NOTEBOOK.cells[test_cell]["metadata"]["nbgrader"]
+        assert meta["grade"] and meta["locked"] and meta["points"] == POINTS[test_cell]
+        source = NOTEBOOK.source(test_cell)
         assert f"grading.{check.__name__}({name})" in source
         assert f"grading.{check.__name__}({name}, thorough=True)" in source
         assert "### BEGIN HIDDEN TESTS" in source
@@ -113,44 +53,28 @@ def test_notebook_has_the_cells_and_points_the_checks_expect():
 
 
 def test_checks_are_exported_by_grading():
-    assert set(grading.feed_forward.__all__) == {
-        "check_feed_forward",
-        "check_count_parameters",
-        "check_gelu",
-    }
-    for name in grading.feed_forward.__all__:
-        assert getattr(grading, name) is getattr(grading.feed_forward, name)
+    expect_exported(
+        grading.feed_forward, {"check_feed_forward", "check_count_parameters", "check_gelu"}
+    )
 
 
 # --- reference, buggy and correct answers --------------------------------------------------------
 
 
 def test_reference_solution_passes_every_test_cell_silently(capsys, recwarn):
-    namespace = _namespace()
-    for test_cell in CHECKS:
-        _grade(test_cell, namespace)
-    assert capsys.readouterr() == ("", "")
-    assert len(recwarn) == 0, [str(w.message) for w in recwarn]
+    NOTEBOOK.expect_accepted()
+    expect_silence(capsys, recwarn)
 
 
 @pytest.mark.parametrize("variant", BUGGY, ids=lambda v: v.name)
 def test_buggy_answer_is_rejected_and_named(variant: Variant):
-    namespace = _namespace({variant.cell: variant.source})
-    for test_cell in CHECKS:
-        if test_cell in variant.fails:
-            message = str(_failure(test_cell, namespace))
-            assert variant.says.lower() in message.lower(), message
-        else:
-            _grade(test_cell, namespace)  # the other exercises keep their points
+    NOTEBOOK.expect_rejected_and_named(variant)  # and the other exercises keep their points
 
 
 @pytest.mark.parametrize("variant", CORRECT, ids=lambda v: v.name)
 def test_correct_answer_passes_silently(variant: Variant, capsys, recwarn):
-    namespace = _namespace({variant.cell: variant.source})
-    for test_cell in CHECKS:
-        _grade(test_cell, namespace)
-    assert capsys.readouterr() == ("", "")
-    assert len(recwarn) == 0, [str(w.message) for w in recwarn]
+    NOTEBOOK.expect_accepted({variant.cell: variant.source})
+    expect_silence(capsys, recwarn)
 
 
 # --- the untouched student version ---------------------------------------------------------------
@@ -159,14 +83,17 @@ def test_correct_answer_passes_silently(variant: Variant, capsys, recwarn):
 @pytest.mark.parametrize("test_cell", CHECKS)
 def test_untouched_stub_is_not_written_yet(test_cell):
     answer = CHECKS[test_cell][0]
-    namespace = _namespace({answer: _stub(CELLS[answer]["source"])})
+    namespace = NOTEBOOK.namespace({answer: stub(NOTEBOOK.source(answer))})
+    # the visible part, as students see it
     with pytest.raises(GradingError, match="not written yet"):
-        _grade(test_cell, namespace, thorough=False)  # the visible part, as students see it
+        NOTEBOOK.autograde(test_cell, namespace, hidden=False)
 
 
 def test_release_keeps_the_given_init():
     """The FeedForward stub still builds its layers: only forward is left to write."""
-    namespace = _namespace({"answer_feed_forward": _stub(CELLS["answer_feed_forward"]["source"])})
+    namespace = NOTEBOOK.namespace(
+        {"answer_feed_forward": stub(NOTEBOOK.source("answer_feed_forward"))}
+    )
     module = namespace["FeedForward"](4, 8, activation="gelu")
     assert [name for name, _ in module.named_children()] == ["linear1", "dropout", "linear2"]
     assert module.activation is F.gelu
@@ -217,7 +144,7 @@ def test_forbidden_builtin_is_refused_with_the_reason(builtin):
     answer, source = FORBIDDEN[builtin]
     test_cell = next(t for t, (a, *_) in CHECKS.items() if a == answer)
     with pytest.raises(ForbiddenCallError) as caught:
-        _grade(test_cell, _namespace({answer: source}), thorough=False)
+        NOTEBOOK.autograde(test_cell, NOTEBOOK.namespace({answer: source}), hidden=False)
     message = str(caught.value)
     assert builtin in message
     assert "already does what this exercise asks" in message or "asks for the formula" in message, (
@@ -234,24 +161,24 @@ def gelu(x):
     return (0.5 * x * (1 + torch.erf(x / math.sqrt(2)))).as_subclass(Liar)
 """
     with pytest.raises(GradingError, match="Tensor subclass"):
-        _grade("test_gelu", _namespace({"answer_gelu": source}), thorough=False)
+        NOTEBOOK.autograde("test_gelu", NOTEBOOK.namespace({"answer_gelu": source}), hidden=False)
 
 
 def test_checks_leave_the_global_random_state_and_threads_alone():
-    namespace = _namespace()
+    namespace = NOTEBOOK.namespace()
     torch.manual_seed(123)
     expected = torch.rand(5)
     torch.manual_seed(123)
     threads = torch.get_num_threads()
     for test_cell in CHECKS:
-        _grade(test_cell, namespace)
+        NOTEBOOK.autograde(test_cell, namespace)
     assert torch.equal(torch.rand(5), expected)
     assert torch.get_num_threads() == threads
 
 
 def test_scaling_without_dropping_is_rejected():
     """Kept units scaled by 1 / (1 - p) but none dropped: the train-mode check counts drops."""
-    given_init = CELLS["answer_feed_forward"]["source"].split("    def forward")[0]
+    given_init = NOTEBOOK.source("answer_feed_forward").split("    def forward")[0]
     never_drops = given_init + (
         "    def forward(self, x):\n"
         "        h = self.activation(self.linear1(x))\n"
@@ -259,5 +186,6 @@ def test_scaling_without_dropping_is_rejected():
         "            h = h / (1 - self.dropout.p)\n"
         "        return self.linear2(h)\n"
     )
-    message = str(_failure("test_feed_forward", _namespace({"answer_feed_forward": never_drops})))
+    namespace = NOTEBOOK.namespace({"answer_feed_forward": never_drops})
+    message = str(NOTEBOOK.failure("test_feed_forward", namespace))
     assert "drops 0% of the hidden units" in message, message

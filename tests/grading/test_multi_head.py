@@ -6,92 +6,29 @@ solution notebook's answer cells, with the variant's cell in place of the soluti
 
 from __future__ import annotations
 
-import json
-import math
-import re
-from pathlib import Path
-
 import pytest
 import torch
-import torch.nn.functional as F
+from notebook_namespace import SNEAKY, Check, SolutionNotebook, expect_silence, stub
 from torch import nn
-from variants import Variant, load
+from variants import Variant
 
 import encoder_lib
 from encoder_lib import grading
 from encoder_lib.grading import ForbiddenCallError, GradingError
 
-NOTEBOOK = (
-    Path(__file__).resolve().parents[2]
-    / "solutions"
-    / "02_multi_head_attention"
-    / "02_multi_head_attention.ipynb"
-)
-BUGGY, CORRECT = load("02_multi_head_attention")
-
-TEST_OF_CELL = {
-    "split_heads": "test_split_heads",
-    "merge_heads": "test_merge_heads",
-    "multi_head_attention": "test_multi_head_attention",
-}
+# test cell grade_id -> (answer cell grade_id, the name the answer defines, its check)
 CHECKS = {
-    "test_split_heads": lambda ns, thorough: grading.check_split_heads(
-        ns["split_heads"], thorough=thorough
-    ),
-    "test_merge_heads": lambda ns, thorough: grading.check_merge_heads(
-        ns["merge_heads"], thorough=thorough
-    ),
-    "test_multi_head_attention": lambda ns, thorough: grading.check_multi_head_attention(
-        ns["MultiHeadAttention"], thorough=thorough
+    "test_split_heads": Check("split_heads", "split_heads", grading.check_split_heads),
+    "test_merge_heads": Check("merge_heads", "merge_heads", grading.check_merge_heads),
+    "test_multi_head_attention": Check(
+        "multi_head_attention", "MultiHeadAttention", grading.check_multi_head_attention
     ),
 }
-
-
-def _answer_cells() -> dict[str, str]:
-    cells = json.loads(NOTEBOOK.read_text())["cells"]
-    answers = {}
-    for cell in cells:
-        meta = cell["metadata"].get("nbgrader", {})
-        if meta.get("solution"):
-            answers[meta["grade_id"]] = "".join(cell["source"])
-    assert set(answers) == set(TEST_OF_CELL)
-    return answers
-
-
-ANSWERS = _answer_cells()
-
-
-def _stub(source: str) -> str:
-    """The cell as nbgrader releases it: the solution replaced by the code stub."""
-    pattern = re.compile(r"^( *)### BEGIN SOLUTION\n.*?^ *### END SOLUTION", re.M | re.S)
-    stubbed = pattern.sub(r"\1# YOUR CODE HERE\n\1raise NotImplementedError()", source)
-    assert stubbed != source
-    return stubbed
-
-
-def _namespace(replace: dict[str, str] | None = None) -> dict:
-    ns: dict = {
-        "__name__": "__main__",
-        "math": math,
-        "torch": torch,
-        "F": F,
-        "nn": nn,
-        "encoder_lib": encoder_lib,
-        "grading": grading,
-    }
-    for grade_id, source in ANSWERS.items():
-        exec(compile((replace or {}).get(grade_id, source), grade_id, "exec"), ns)
-    return ns
-
-
-def _run_test_cell(test_id: str, ns: dict) -> GradingError | None:
-    """What the test cell does at autograde: the visible check, then the hidden one."""
-    try:
-        CHECKS[test_id](ns, False)
-        CHECKS[test_id](ns, True)
-    except GradingError as e:
-        return e
-    return None
+TEST_OF_CELL = {answer: test_cell for test_cell, (answer, _, _) in CHECKS.items()}
+NOTEBOOK = SolutionNotebook("02_multi_head_attention", CHECKS)
+BUGGY, CORRECT = NOTEBOOK.buggy, NOTEBOOK.correct
+ANSWERS = NOTEBOOK.answers
+assert set(ANSWERS) == set(TEST_OF_CELL)
 
 
 def _mha(forward_body: str, init_extra: str = "") -> str:
@@ -117,19 +54,16 @@ def _mha(forward_body: str, init_extra: str = "") -> str:
 
 
 def test_reference_solution_passes_silently(capsys, recwarn):
-    ns = _namespace()
-    for test_id in CHECKS:
-        assert _run_test_cell(test_id, ns) is None
-    assert capsys.readouterr() == ("", "")
-    assert len(recwarn) == 0
+    NOTEBOOK.expect_accepted()
+    expect_silence(capsys, recwarn)
 
 
 def test_checks_leave_random_state_and_threads_alone():
-    ns = _namespace()
+    ns = NOTEBOOK.namespace()
     threads = torch.get_num_threads()
     state = torch.get_rng_state()
     for test_id in CHECKS:
-        CHECKS[test_id](ns, True)
+        NOTEBOOK.run(test_id, ns, thorough=True)
     assert torch.equal(torch.get_rng_state(), state)
     assert torch.get_num_threads() == threads
 
@@ -148,9 +82,9 @@ def test_variants_are_well_formed():
 
 @pytest.mark.parametrize("variant", BUGGY, ids=[v.name for v in BUGGY])
 def test_buggy_answer_is_rejected_and_named(variant: Variant):
-    ns = _namespace({variant.cell: variant.source})
+    ns = NOTEBOOK.namespace({variant.cell: variant.source})
     for test_id in CHECKS:
-        error = _run_test_cell(test_id, ns)
+        error = NOTEBOOK.grade(test_id, ns)
         if test_id not in variant.fails:
             assert error is None, f"{test_id} should keep full marks, got: {error}"
             continue
@@ -161,11 +95,8 @@ def test_buggy_answer_is_rejected_and_named(variant: Variant):
 
 @pytest.mark.parametrize("variant", CORRECT, ids=[v.name for v in CORRECT])
 def test_correct_answer_is_accepted(variant: Variant, capsys, recwarn):
-    ns = _namespace({variant.cell: variant.source})
-    for test_id in CHECKS:
-        assert _run_test_cell(test_id, ns) is None
-    assert capsys.readouterr() == ("", "")
-    assert len(recwarn) == 0
+    NOTEBOOK.expect_accepted({variant.cell: variant.source})
+    expect_silence(capsys, recwarn)
 
 
 # --- the untouched stubs -------------------------------------------------------------------------
@@ -173,28 +104,28 @@ def test_correct_answer_is_accepted(variant: Variant, capsys, recwarn):
 
 @pytest.mark.parametrize("cell", list(TEST_OF_CELL))
 def test_stub_says_not_written_yet(cell: str):
-    ns = _namespace({cell: _stub(ANSWERS[cell])})
+    ns = NOTEBOOK.namespace({cell: stub(ANSWERS[cell])})
     with pytest.raises(GradingError, match="not written yet") as info:
-        CHECKS[TEST_OF_CELL[cell]](ns, False)
+        NOTEBOOK.run(TEST_OF_CELL[cell], ns, thorough=False)
     assert "NotImplementedError" in str(info.value)
 
 
 def test_whole_stub_notebook_fails_every_test_cell():
-    ns = _namespace({cell: _stub(source) for cell, source in ANSWERS.items()})
+    ns = NOTEBOOK.namespace({cell: stub(source) for cell, source in ANSWERS.items()})
     for test_id in CHECKS:
-        error = _run_test_cell(test_id, ns)
+        error = NOTEBOOK.grade(test_id, ns)
         assert error is not None and "not written yet" in str(error)
 
 
 def test_unfinished_helper_is_named():
-    ns = _namespace({"split_heads": _stub(ANSWERS["split_heads"])})
+    ns = NOTEBOOK.namespace({"split_heads": stub(ANSWERS["split_heads"])})
     with pytest.raises(GradingError, match="calls split_heads, which is not written yet"):
         grading.check_multi_head_attention(ns["MultiHeadAttention"])
 
 
 def test_misspelt_forward_is_named():
     source = ANSWERS["multi_head_attention"].replace("def forward(", "def foward(")
-    ns = _namespace({"multi_head_attention": source})
+    ns = NOTEBOOK.namespace({"multi_head_attention": source})
     with pytest.raises(GradingError, match="no method `forward`"):
         grading.check_multi_head_attention(ns["MultiHeadAttention"])
 
@@ -261,7 +192,7 @@ _DELEGATES = {
 
 @pytest.mark.parametrize("source", list(_DELEGATES.values()), ids=list(_DELEGATES))
 def test_delegating_to_builtin_attention_is_forbidden(source: str):
-    ns = _namespace({"multi_head_attention": source})
+    ns = NOTEBOOK.namespace({"multi_head_attention": source})
     with pytest.raises(ForbiddenCallError, match="already does what this exercise asks"):
         grading.check_multi_head_attention(ns["MultiHeadAttention"])
 
@@ -277,30 +208,28 @@ def test_scaled_dot_product_attention_is_allowed():
         "        _, weights = encoder_lib.scaled_dot_product_attention(q, k, v, mask)\n"
         "        return self.out_proj(merge_heads(out)), weights\n"
     )
-    ns = _namespace({"multi_head_attention": source})
+    ns = NOTEBOOK.namespace({"multi_head_attention": source})
     grading.check_multi_head_attention(ns["MultiHeadAttention"], thorough=True)
 
 
 # --- tensor subclasses ---------------------------------------------------------------------------
 
-_SUBCLASS = "class Sneaky(torch.Tensor):\n    pass\n\n\n"
-
 
 def test_tensor_subclass_output_is_rejected():
-    split = _SUBCLASS + ANSWERS["split_heads"].replace(
+    split = SNEAKY + ANSWERS["split_heads"].replace(
         ".transpose(1, 2)  #", ".transpose(1, 2).as_subclass(Sneaky)  #"
     )
     assert "as_subclass" in split
-    ns = _namespace({"split_heads": split})
+    ns = NOTEBOOK.namespace({"split_heads": split})
     with pytest.raises(GradingError, match="Tensor subclass"):
         grading.check_split_heads(ns["split_heads"])
 
-    mha = _SUBCLASS + ANSWERS["multi_head_attention"].replace(
+    mha = SNEAKY + ANSWERS["multi_head_attention"].replace(
         "return self.out_proj(merge_heads(out)), weights",
         "return self.out_proj(merge_heads(out)).as_subclass(Sneaky), weights",
     )
     assert "as_subclass" in mha
-    ns = _namespace({"multi_head_attention": mha})
+    ns = NOTEBOOK.namespace({"multi_head_attention": mha})
     with pytest.raises(GradingError, match="Tensor subclass"):
         grading.check_multi_head_attention(ns["MultiHeadAttention"])
 

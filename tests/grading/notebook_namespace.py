@@ -1,0 +1,194 @@
+"""A namespace like a solution notebook's, shared by the grader tests of tests/grading.
+
+Each test file builds a ``SolutionNotebook`` for its assignment: the nbgrader cells of
+``solutions/NN_topic/NN_topic.ipynb`` (the single source of truth, read once), its answer cells
+in notebook order, and the answers of ``tests/variants/aNN_topic.py``. ``namespace`` executes the
+setup cell's imports, then every answer cell, with some replaced by a variant or a stub, the way
+the notebook runs them; ``grade`` runs a test cell's checks on the result the way nbgrader
+scores it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from variants import Variant, load
+
+import encoder_lib
+from encoder_lib import grading
+from encoder_lib.grading import GradingError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+SNEAKY = "class Sneaky(torch.Tensor):\n    pass\n\n\n"
+"""A Tensor subclass for answers that return one (it could lie in ``__torch_function__``)."""
+
+
+class Check(NamedTuple):
+    """What a test cell grades: its answer cell, the name that cell defines, and the check."""
+
+    answer: str
+    name: str
+    check: Callable[..., None]
+
+
+def setup_namespace() -> dict[str, Any]:
+    """The globals after the setup cell: its imports, in a module named ``__main__`` as in a
+    kernel."""
+    return {
+        "__name__": "__main__",
+        "math": math,
+        "torch": torch,
+        "F": F,
+        "nn": nn,
+        "encoder_lib": encoder_lib,
+        "grading": grading,
+    }
+
+
+def stub(source: str) -> str:
+    """An answer cell as nbgrader's generate_assignment releases it: the solution region replaced
+    by the code stub, at the region's indentation."""
+    pattern = re.compile(r"^([ \t]*)### BEGIN SOLUTION\n.*?^[ \t]*### END SOLUTION", re.S | re.M)
+    stubbed = pattern.sub(r"\1# YOUR CODE HERE\n\1raise NotImplementedError()", source)
+    assert stubbed != source, "the cell has no solution region"
+    return stubbed
+
+
+def returning_subclass(source: str) -> str:
+    """``source`` with every ``return value`` turned into ``return (value).as_subclass(Sneaky)``
+    and ``Sneaky`` defined in front."""
+    rewritten = re.sub(
+        r"^(\s*)return (.+?)(\s*#.*)?$", r"\1return (\2).as_subclass(Sneaky)", source, flags=re.M
+    )
+    return SNEAKY + rewritten
+
+
+class SolutionNotebook:
+    """The nbgrader cells of one assignment's solution notebook and its answer variants."""
+
+    def __init__(self, assignment: str, checks: Mapping[str, Check] | None = None):
+        self.path = ROOT / "solutions" / assignment / f"{assignment}.ipynb"
+        self.checks: dict[str, Check] = dict(checks or {})
+        """test cell grade_id -> ``Check``."""
+        self.cells: dict[str, dict[str, Any]] = {}
+        """grade_id -> the cell (its metadata, and its source as one string)."""
+        for cell in json.loads(self.path.read_text(encoding="utf-8"))["cells"]:
+            grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+            if grade_id:
+                source = cell["source"]
+                self.cells[grade_id] = {
+                    **cell,
+                    "source": source if isinstance(source, str) else "".join(source),
+                }
+        self.answers: dict[str, str] = {
+            gid: cell["source"]
+            for gid, cell in self.cells.items()
+            if cell["metadata"]["nbgrader"].get("solution") and cell["cell_type"] == "code"
+        }
+        """answer cell grade_id -> source, in notebook order."""
+        self.tests: dict[str, str] = {
+            gid: cell["source"]
+            for gid, cell in self.cells.items()
+            if cell["metadata"]["nbgrader"].get("grade")
+            and not cell["metadata"]["nbgrader"].get("solution")
+        }
+        """test cell grade_id -> source, in notebook order."""
+        self.buggy: list[Variant]
+        self.correct: list[Variant]
+        self.buggy, self.correct = load(assignment)
+
+    def source(self, grade_id: str) -> str:
+        return self.cells[grade_id]["source"]
+
+    def namespace(self, replace: Mapping[str, str] | None = None) -> dict[str, Any]:
+        """The notebook's globals once its answer cells have run, those in ``replace`` (answer
+        grade_id -> source) replaced."""
+        namespace = setup_namespace()
+        for grade_id, source in self.answers.items():
+            self.execute(grade_id, namespace, (replace or {}).get(grade_id, source))
+        return namespace
+
+    def execute(self, grade_id: str, namespace: dict[str, Any], source: str | None = None) -> None:
+        """Run cell ``grade_id`` (or ``source`` in its place) in ``namespace``."""
+        code = self.source(grade_id) if source is None else source
+        exec(compile(code, f"<cell {grade_id}>", "exec"), namespace)
+
+    def run(self, test_cell: str, namespace: dict[str, Any], thorough: bool) -> None:
+        """One part of a test cell: its check on the answer, visible (``thorough=False``) or
+        hidden (``thorough=True``)."""
+        _, name, check = self.checks[test_cell]
+        check(namespace[name], thorough=thorough)
+
+    def autograde(
+        self, test_cell: str, namespace: dict[str, Any], visible: bool = True, hidden: bool = True
+    ) -> None:
+        """What the test cell does when nbgrader autogrades it: the check's visible part, then
+        its hidden part; a ``GradingError`` (which scores the cell 0) propagates."""
+        if visible:
+            self.run(test_cell, namespace, thorough=False)
+        if hidden:
+            self.run(test_cell, namespace, thorough=True)
+
+    def grade(
+        self, test_cell: str, namespace: dict[str, Any], visible: bool = True, hidden: bool = True
+    ) -> GradingError | None:
+        """The ``GradingError`` that scores the test cell 0 (``autograde``), or None when it
+        keeps its points."""
+        try:
+            self.autograde(test_cell, namespace, visible, hidden)
+        except GradingError as e:
+            return e
+        return None
+
+    def failure(self, test_cell: str, namespace: dict[str, Any]) -> GradingError:
+        """The ``GradingError`` that scores the test cell 0; the test fails if there is none."""
+        error = self.grade(test_cell, namespace)
+        if error is None:
+            pytest.fail(f"{test_cell} accepted this answer")
+        return error
+
+    def expect_accepted(
+        self, replace: Mapping[str, str] | None = None, visible: bool = True
+    ) -> None:
+        """The answers (the solution's, those in ``replace`` swapped in) keep the points of every
+        test cell: its hidden part, and its visible part too unless ``visible=False``."""
+        namespace = self.namespace(replace)
+        for test_cell in self.checks:
+            self.autograde(test_cell, namespace, visible=visible)
+
+    def expect_rejected_and_named(self, variant: Variant, others_visible: bool = True) -> None:
+        """``variant`` (a buggy answer) scores 0 on each test cell it lists, with a message that
+        contains ``variant.says``, and every other test cell keeps its points (its hidden part,
+        and its visible part too unless ``others_visible=False``)."""
+        assert variant.fails, "a buggy variant must fail some test cell"
+        namespace = self.namespace({variant.cell: variant.source})
+        for test_cell in self.checks:
+            if test_cell in variant.fails:
+                message = str(self.failure(test_cell, namespace))
+                assert variant.says.lower() in message.lower(), message
+            else:
+                self.autograde(test_cell, namespace, visible=others_visible)
+
+
+def expect_silence(capsys: Any, recwarn: Any) -> None:
+    """Nothing printed (nbgrader scores any stderr output 0) and nothing warned."""
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err == "", captured
+    assert len(recwarn) == 0, [str(w.message) for w in recwarn]
+
+
+def expect_exported(module: Any, names: set[str]) -> None:
+    """``module.__all__`` is ``names``, and ``encoder_lib.grading`` exports each of them."""
+    assert set(module.__all__) == names
+    for name in names:
+        assert getattr(grading, name) is getattr(module, name)

@@ -1,0 +1,16 @@
+"""End-to-end tests: the real nbgrader commands on a synthetic class (see conftest.py).
+
+    pytest tests/pipeline                          # 7 min on 2 cores (load average 2), 6 notebooks
+    PIPELINE_VARIANTS=all pytest tests/pipeline    # every variant of tests/variants
+
+Environment:
+- ``PIPELINE_WORKERS`` (default 2): autograde processes (tools/grade_parallel.py).
+- ``PIPELINE_VARIANTS``: ``sample`` (default) grades, for every answer cell and every distinct
+  set of failing cells, the first and last buggy variant, and the first correct variant of every
+  answer cell; ``all`` grades every variant (about 350 notebooks, 5-6 s of CPU each).
+- ``PIPELINE_REPO``: grade another checkout with the same layout (a demo course when developing).
+
+Files: ``course.py`` (the harness: a course folder and the nbgrader commands), ``roster.py``
+(who submits what), ``cheats.py`` (cheating submissions), ``conftest.py`` (builds and grades the
+class once per session), the tests.
+"""
