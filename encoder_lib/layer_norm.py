@@ -34,9 +34,10 @@ class LayerNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         check_last_dim("x", x, self.d_model)
-        mean = x.mean(dim=-1, keepdim=True)
-        var = (x - mean).pow(2).mean(dim=-1, keepdim=True)  # biased: divide by D
-        return (x - mean) / torch.sqrt(var + self.eps) * self.weight + self.bias
+        centred = x - x.mean(dim=-1, keepdim=True)
+        var = centred.square().mean(dim=-1, keepdim=True)  # biased: divide by D
+        # rsqrt(v) = 1 / sqrt(v): one multiply instead of a divide over the (..., D) tensor.
+        return centred * torch.rsqrt(var + self.eps) * self.weight + self.bias
 
     def extra_repr(self) -> str:
         return f"{self.d_model}, eps={self.eps}"
