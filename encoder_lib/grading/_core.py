@@ -219,24 +219,40 @@ def verify_untouched(comparisons: bool = True) -> None:
         )
 
 
-class _ReadOnlyModule(types.ModuleType):
-    """A module whose existing attributes cannot be rebound or deleted (new ones may be added,
-    as the import system does for submodules)."""
+def _read_only_modules() -> Callable[[types.ModuleType], None]:
+    """Make ``make_read_only``. The attributes a module had when it was frozen are kept in this
+    closure, out of the notebook's reach, and attribute reads come from there: rebinding
+    (``grading.check_x = ...``), writing into the module's ``__dict__`` or deleting changes
+    nothing that ``grading.check_x`` returns."""
+    frozen: dict[int, dict[str, Any]] = {}
+    read = types.ModuleType.__getattribute__
 
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name in vars(self):
-            raise AttributeError(
-                f"{self.__name__}.{name} is read-only while grading is loaded: the course's "
-                "reference and checkers cannot be replaced"
-            )
-        super().__setattr__(name, value)
+    class _ReadOnlyModule(types.ModuleType):
+        def __getattribute__(self, name: str) -> Any:
+            saved = frozen.get(_is(self))
+            if saved is not None and name in saved:
+                return saved[name]
+            return read(self, name)
 
-    def __delattr__(self, name: str) -> None:
-        raise AttributeError(f"{self.__name__}.{name} is read-only while grading is loaded")
+        def __setattr__(self, name: str, value: Any) -> None:
+            if name == "__class__" or name in frozen.get(_is(self), ()):
+                raise AttributeError(
+                    f"{self.__name__}.{name} is read-only while grading is loaded: the course's "
+                    "reference and checkers cannot be replaced"
+                )
+            super().__setattr__(name, value)  # new names: the import system adds submodules
+
+        def __delattr__(self, name: str) -> None:
+            raise AttributeError(f"{self.__name__}.{name} is read-only while grading is loaded")
+
+    def make_read_only(module: types.ModuleType) -> None:
+        module.__class__ = _ReadOnlyModule
+        frozen[_is(module)] = dict(vars(module))
+
+    return make_read_only
 
 
-def make_read_only(module: types.ModuleType) -> None:
-    module.__class__ = _ReadOnlyModule
+make_read_only = _read_only_modules()
 
 
 def _comparisons_are_honest() -> bool:

@@ -15,24 +15,7 @@ from pipeline import roster as R
 
 # Cheats that earned points when this file was written: name -> what happens. The grader is
 # encoder_lib/grading (not owned by these tests); remove an entry once the hole is closed.
-HOLES: dict[str, str] = {
-    "fake_grading_module": (
-        "a student cell inserted above the locked setup cell runs first and plants "
-        "sys.modules['encoder_lib.grading'] = a module whose check_* accept anything; the "
-        "setup cell and every test cell then import the fake, the real grading never loads: "
-        "full marks with every answer left empty"
-    ),
-    "checker_via_vars": (
-        "vars(grading)[name] = lambda *a, **k: None (the module's __dict__ is writable, "
-        "_ReadOnlyModule only blocks setattr); the test cells' `from encoder_lib import "
-        "grading` returns the same module, so every check passes: full marks with every "
-        "answer left empty"
-    ),
-    "checker_via_class_swap": (
-        "grading.__class__ = types.ModuleType undoes make_read_only, then grading.check_* = "
-        "lambda *a, **k: None: full marks with every answer left empty"
-    ),
-}
+HOLES: dict[str, str] = {}
 
 
 def cheat_params():
