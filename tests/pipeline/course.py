@@ -203,6 +203,16 @@ def with_first_cell(nb, source: str):
     return nb
 
 
+def with_cell_after(nb, grade_id_before: str, source: str, cell_id: str):
+    """A copy of ``nb`` with a new (student) code cell right after the cell ``grade_id_before``."""
+    nb = copy.deepcopy(nb)
+    cell = nbformat.v4.new_code_cell(source)
+    cell["id"] = cell_id
+    index = [grade_id(c) for c in nb.cells].index(grade_id_before)
+    nb.cells.insert(index + 1, cell)
+    return nb
+
+
 # --- the course ----------------------------------------------------------------------------------
 
 

@@ -133,7 +133,12 @@ def test_exception_in_first_cell_does_not_stop_grading(graded, assignment):
     layout = graded.plan.layouts[assignment]
     assert graded.scores(R.RAISES_FIRST, assignment) == expected_scores(layout)
     nb = nbformat.read(graded.autograded(R.RAISES_FIRST, assignment), as_version=4)
-    assert nb.cells[0].outputs[0].ename == "RuntimeError"
+    # Above the setup cell: disabled by nbgrader_config.py's DisableCodeAboveSetup, not run.
+    assert nb.cells[0].source.startswith("# (disabled at grading")
+    assert nb.cells[0].outputs == []
+    # Right after it: run, and its exception recorded, without stopping the grading.
+    after = next(c for c in nb.cells if c.get("id") == "after-setup")
+    assert after.outputs[0].ename == "RuntimeError"
 
 
 @pytest.mark.parametrize("assignment", robustness_params(R.DELETED_TEST))
