@@ -69,15 +69,8 @@ class SinusoidalPositionalEncoding(nn.Module):
         self.register_buffer("pe", sinusoidal_table(max_len, d_model), persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        check_rank("x", x, "(B, L, D)")
-        max_len, D = self.pe.shape
-        check_last_dim("x", x, D)
-        if x.shape[1] > max_len:
-            raise ValueError(
-                f"x has sequence length L = {x.shape[1]} but the positional encoding covers at "
-                f"most max_len = {max_len} positions (x shape {tuple(x.shape)})"
-            )
-        return x + self.pe[: x.shape[1]]  # (L, D) broadcasts over B
+        limit = "the positional encoding covers at most max_len = {} positions"
+        return _add_positions(x, self.pe, limit)
 
 
 class LearnedPositionalEmbedding(nn.Module):
@@ -89,12 +82,19 @@ class LearnedPositionalEmbedding(nn.Module):
         self.weight = nn.Parameter(torch.randn(max_len, d_model) * 0.02)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        check_rank("x", x, "(B, L, D)")
-        max_len, D = self.weight.shape
-        check_last_dim("x", x, D)
-        if x.shape[1] > max_len:
-            raise ValueError(
-                f"x has sequence length L = {x.shape[1]} but only max_len = {max_len} positions "
-                f"have a learned embedding (x shape {tuple(x.shape)})"
-            )
-        return x + self.weight[: x.shape[1]]
+        limit = "only max_len = {} positions have a learned embedding"
+        return _add_positions(x, self.weight, limit)
+
+
+def _add_positions(x: torch.Tensor, table: torch.Tensor, limit: str) -> torch.Tensor:
+    """``x + table[:L]`` for ``x`` of shape (B, L, D) and a (max_len, D) table; ``limit`` says
+    (with ``{}`` for max_len) why a longer sequence cannot be encoded."""
+    check_rank("x", x, "(B, L, D)")
+    max_len, D = table.shape
+    check_last_dim("x", x, D)
+    if x.shape[1] > max_len:
+        raise ValueError(
+            f"x has sequence length L = {x.shape[1]} but {limit.format(max_len)} "
+            f"(x shape {tuple(x.shape)})"
+        )
+    return x + table[: x.shape[1]]  # (L, D) broadcasts over B
