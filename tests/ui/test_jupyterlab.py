@@ -101,12 +101,25 @@ def browser():
 def _open_and_run_all(browser, lab, relpath: str, screenshot: Path):
     url, token, _ = lab
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
-    page.goto(f"{url}/lab/tree/{relpath}?token={token}")
+    # ?reset: start from an empty workspace, not the layout an earlier test left behind.
+    page.goto(f"{url}/lab/tree/{relpath}?reset&token={token}")
     page.wait_for_function("window.jupyterapp !== undefined", timeout=60_000)
     page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
+    name = relpath.rsplit("/", 1)[-1]
+    page.wait_for_function(
+        f"() => {{ const w = window.jupyterapp.shell.currentWidget;"
+        f" return !!(w && w.context && w.context.path.endsWith({name!r})); }}",
+        timeout=60_000,
+    )
     page.wait_for_function(_KERNEL_IDLE, timeout=60_000)
     page.evaluate("window.jupyterapp.commands.execute('notebook:run-all-cells')")
-    page.wait_for_timeout(1_000)
+    # Wait until the first code cell has run (its prompt shows a number), then until all are done.
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('.jp-InputPrompt')]"
+        ".some(p => /\\d/.test(p.textContent))",
+        timeout=60_000,
+        polling=250,
+    )
     page.wait_for_function(_ALL_DONE, timeout=120_000, polling=500)
     page.screenshot(path=str(screenshot), full_page=False)
     return page
