@@ -157,28 +157,6 @@ class SolutionNotebook:
             pytest.fail(f"{test_cell} accepted this answer")
         return error
 
-    def expect_accepted(
-        self, replace: Mapping[str, str] | None = None, visible: bool = True
-    ) -> None:
-        """The answers (the solution's, those in ``replace`` swapped in) keep the points of every
-        test cell: its hidden part, and its visible part too unless ``visible=False``."""
-        namespace = self.namespace(replace)
-        for test_cell in self.checks:
-            self.autograde(test_cell, namespace, visible=visible)
-
-    def expect_rejected_and_named(self, variant: Variant, others_visible: bool = True) -> None:
-        """``variant`` (a buggy answer) scores 0 on each test cell it lists, with a message that
-        contains ``variant.says``, and every other test cell keeps its points (its hidden part,
-        and its visible part too unless ``others_visible=False``)."""
-        assert variant.fails, "a buggy variant must fail some test cell"
-        namespace = self.namespace({variant.cell: variant.source})
-        for test_cell in self.checks:
-            if test_cell in variant.fails:
-                message = str(self.failure(test_cell, namespace))
-                assert variant.says.lower() in message.lower(), message
-            else:
-                self.autograde(test_cell, namespace, visible=others_visible)
-
 
 def expect_silence(capsys: Any, recwarn: Any) -> None:
     """Nothing printed (nbgrader scores any stderr output 0) and nothing warned."""

@@ -1,9 +1,7 @@
-"""The checks of notebook 01 (self-attention) against the answers students write.
-
-Each answer is executed the way the notebook runs it: the setup cell's imports, then the answer
-cells of the solution notebook, with the variant's source in place of its cell; then the
-notebook's own test cells (visible and hidden parts) are executed in that namespace, so what is
-tested here is what nbgrader scores.
+"""The checks of notebook 01 (self-attention): what is particular to them (how the
+notebook and its checks fit together, forbidden built-ins, tensor subclasses, tampering,
+the behaviour the notebook promises). Every answer of tests/variants, buggy, correct or
+stub, is graded in test_catalogue.py.
 """
 
 from __future__ import annotations
@@ -17,7 +15,6 @@ import pytest
 import torch
 from notebook_namespace import ROOT, SolutionNotebook, stub
 from torch.overrides import TorchFunctionMode
-from variants import Variant
 
 import encoder_lib
 from encoder_lib import grading
@@ -54,47 +51,7 @@ def test_notebook_has_the_expected_cells():
         assert set(variant.fails) <= set(DEPENDENTS[variant.cell]), variant.name
 
 
-def test_reference_solution_passes_every_test_cell(capsys):
-    ns = NOTEBOOK.namespace()
-    tests = NOTEBOOK.tests
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        for grade_id in tests:
-            assert run_test_cell(ns, grade_id) is None, grade_id
-    out, err = capsys.readouterr()
-    assert out.count("Correct:") == len(tests)
-    assert err == ""
-
-
-@pytest.mark.parametrize("variant", BUGGY, ids=lambda v: v.name)
-def test_buggy_answer_is_rejected_and_named(variant: Variant):
-    ns = NOTEBOOK.namespace({variant.cell: variant.source})
-    errors = {gid: run_test_cell(ns, gid) for gid in DEPENDENTS[variant.cell]}
-    failing = {gid for gid, error in errors.items() if error is not None}
-    assert failing == set(variant.fails)
-    own = str(errors[f"test_{variant.cell}"])
-    assert variant.says.lower() in own.lower(), own
-
-
-@pytest.mark.parametrize("variant", CORRECT, ids=lambda v: v.name)
-def test_correct_answer_passes(variant: Variant, capsys):
-    ns = NOTEBOOK.namespace({variant.cell: variant.source})
-    for grade_id in DEPENDENTS[variant.cell]:
-        assert run_test_cell(ns, grade_id) is None, grade_id
-    assert capsys.readouterr().err == ""
-
-
 # --- the untouched release --------------------------------------------------------------------
-
-
-def test_untouched_stubs_say_not_written_yet():
-    answers, tests = NOTEBOOK.answers, NOTEBOOK.tests
-    ns = NOTEBOOK.namespace({gid: stub(source) for gid, source in answers.items()})
-    for grade_id in tests:
-        error = run_test_cell(ns, grade_id)
-        assert error is not None, grade_id
-        assert "not written yet" in str(error), grade_id
-        assert "NotImplementedError" in str(error), grade_id  # tells what to replace
 
 
 def test_attention_names_the_helper_that_is_still_a_stub():

@@ -1,0 +1,108 @@
+"""Every answer of tests/variants, graded the way nbgrader grades it: the solution notebook's
+answer cells run in a notebook-like namespace (one replaced by the variant or by its released
+stub), then each test cell's source runs as written, visible and hidden parts together.
+
+- the reference solution keeps every test cell's points, printing only its "Correct: ..." lines;
+- a buggy answer scores 0 on exactly the test cells it lists, and the test cell that grades its
+  own answer cell names the mistake (``says``); every other test cell keeps its points;
+- a correct answer keeps every point, silently;
+- an untouched stub makes its test cell say "not written yet".
+
+Topic-specific behaviour (forbidden built-ins, tampering, loaders...) is tested beside it, in
+test_<topic>.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+from notebook_namespace import SolutionNotebook, stub
+from variants import ASSIGNMENTS, Variant
+
+from encoder_lib.grading import GradingError
+
+NOTEBOOKS = {assignment: SolutionNotebook(assignment) for assignment in ASSIGNMENTS}
+
+
+def own_test_cell(notebook: SolutionNotebook, answer: str) -> str:
+    """The test cell that grades ``answer``: the first one after it in the notebook."""
+    order = list(notebook.cells)
+    return next(t for t in order[order.index(answer) :] if t in notebook.tests)
+
+
+def run_test_cells(
+    notebook: SolutionNotebook, replace: dict[str, str] | None = None
+) -> dict[str, GradingError | None]:
+    """Each test cell's ``GradingError`` (which scores it 0), or None when it keeps its points."""
+    namespace = notebook.namespace(replace)
+    errors: dict[str, GradingError | None] = {}
+    for test_cell in notebook.tests:
+        try:
+            notebook.execute(test_cell, namespace)
+            errors[test_cell] = None
+        except GradingError as e:
+            errors[test_cell] = e
+    return errors
+
+
+def _params(kind: str) -> list:
+    return [
+        pytest.param(assignment, variant, id=f"{assignment}-{variant.cell}-{variant.name}")
+        for assignment, notebook in NOTEBOOKS.items()
+        for variant in (notebook.buggy if kind == "buggy" else notebook.correct)
+    ]
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_variants_fit_the_notebook(assignment):
+    notebook = NOTEBOOKS[assignment]
+    assert len(notebook.answers) >= 2 and len(notebook.tests) >= 2
+    names = [(v.cell, v.name) for v in notebook.buggy + notebook.correct]
+    assert len(set(names)) == len(names), "two variants share a cell and a name"
+    for variant in notebook.buggy + notebook.correct:
+        assert variant.cell in notebook.answers, variant.name
+        assert set(variant.fails) <= set(notebook.tests), variant.name
+    for variant in notebook.buggy:
+        assert variant.says, variant.name
+        assert own_test_cell(notebook, variant.cell) in variant.fails, variant.name
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_reference_solution_keeps_every_point_silently(assignment, capsys, recwarn):
+    notebook = NOTEBOOKS[assignment]
+    errors = run_test_cells(notebook)
+    assert errors == dict.fromkeys(notebook.tests)
+    captured = capsys.readouterr()
+    lines = captured.out.splitlines()
+    assert len(lines) == len(notebook.tests) and all(line.startswith("Correct") for line in lines)
+    assert captured.err == ""
+    assert [str(w.message) for w in recwarn] == []
+
+
+@pytest.mark.parametrize(("assignment", "variant"), _params("buggy"))
+def test_buggy_answer_loses_exactly_its_cells_and_is_named(assignment, variant: Variant):
+    notebook = NOTEBOOKS[assignment]
+    errors = run_test_cells(notebook, {variant.cell: variant.source})
+    failing = {test_cell for test_cell, error in errors.items() if error is not None}
+    assert failing == set(variant.fails), {t: str(e) for t, e in errors.items() if e}
+    message = str(errors[own_test_cell(notebook, variant.cell)])
+    assert variant.says.lower() in message.lower(), message
+
+
+@pytest.mark.parametrize(("assignment", "variant"), _params("correct"))
+def test_correct_answer_keeps_every_point_silently(assignment, variant: Variant, capsys, recwarn):
+    notebook = NOTEBOOKS[assignment]
+    errors = run_test_cells(notebook, {variant.cell: variant.source})
+    assert {t: str(e) for t, e in errors.items() if e} == {}
+    assert capsys.readouterr().err == ""
+    assert [str(w.message) for w in recwarn] == []
+
+
+@pytest.mark.parametrize(
+    ("assignment", "answer"),
+    [(a, answer) for a, notebook in NOTEBOOKS.items() for answer in notebook.answers],
+)
+def test_untouched_stub_says_not_written_yet(assignment, answer):
+    notebook = NOTEBOOKS[assignment]
+    errors = run_test_cells(notebook, {answer: stub(notebook.source(answer))})
+    message = str(errors[own_test_cell(notebook, answer)])
+    assert "not written yet" in message and "NotImplementedError" in message, message
