@@ -1,6 +1,7 @@
 # The commands people run daily. Each target sets up .venv first if requirements changed.
 #   make lab    set up and open JupyterLab on the first notebook
 #   make test   set up and run every test (lint, library, graders, notebooks, nbgrader pipeline, nbval x3)
+#   make quick  the same without the slow end-to-end suites and nbval
 
 PYTHON ?= python3
 VENV := .venv
@@ -9,7 +10,7 @@ STAMP := $(VENV)/.installed
 NBVAL := $(BIN)/python -m pytest --nbval --nbval-current-env \
 	--nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider solutions
 
-.PHONY: setup lab test lint nbval notebooks bench clean
+.PHONY: setup lab test quick lint nbval notebooks bench clean
 
 setup: $(STAMP)
 
@@ -32,6 +33,11 @@ test: lint
 	# nbval: re-execute every solution notebook and compare with its committed outputs, three
 	# times in a row to prove the outputs are deterministic.
 	for run in 1 2 3; do echo "nbval run $$run of 3"; $(NBVAL) || exit 1; done
+
+# The quick loop: everything but the slow end-to-end suites (nbgrader pipeline, browser, Dask)
+# and nbval. CI runs `make test`, which includes them.
+quick: lint
+	$(BIN)/python -m pytest -m "not slow"
 
 nbval: setup
 	$(NBVAL)
