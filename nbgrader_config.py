@@ -29,27 +29,13 @@ c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
 c.ClearOutput.enabled = True
 
 
-# --- autograding: the locked setup cell runs first -----------------------------------------------
-# The setup cell imports encoder_lib.grading, which snapshots torch and encoder_lib so that later
-# tampering is detected. A student cell added *above* it would run before that snapshot (and
-# could, for example, put a fake grading module in sys.modules), so at autograde time code cells
-# above the setup cell are replaced by a comment. Students are told so in every notebook's
-# setup cell; nothing a correct answer needs can live there.
-from nbgrader.preprocessors import NbGraderPreprocessor  # noqa: E402
-
-
-class DisableCodeAboveSetup(NbGraderPreprocessor):
-    """Blank every code cell that comes before the cell whose nbgrader grade_id is "setup"."""
-
-    def preprocess(self, nb, resources):
-        ids = [cell.metadata.get("nbgrader", {}).get("grade_id") for cell in nb.cells]
-        if "setup" in ids:
-            for cell in nb.cells[: ids.index("setup")]:
-                if cell.cell_type == "code" and cell.source.strip():
-                    cell.source = "# (disabled at grading: code above the setup cell does not run)"
-                    cell.outputs = []
-        return nb, resources
-
+# --- autograding: verdicts decided outside the student's kernel ---------------------------------
+# encoder_lib.autograde.judge (an importable module with its tests): JudgeExecute runs each
+# notebook as nbgrader's Execute does, except that every test cell graded by an encoder_lib
+# exercise is judged in this process (the student's kernel only evaluates their code on inputs
+# sent to it and hands back plain tensors), and cells tagged "demo" (figures, widgets) are
+# skipped. DisableCodeAboveSetup blanks student code placed above the locked setup cell.
+from encoder_lib.autograde.judge import DisableCodeAboveSetup, JudgeExecute  # noqa: E402
 
 c.Autograde.sanitize_preprocessors = [
     "nbgrader.preprocessors.ClearOutput",
@@ -57,5 +43,14 @@ c.Autograde.sanitize_preprocessors = [
     "nbgrader.preprocessors.OverwriteKernelspec",
     "nbgrader.preprocessors.OverwriteCells",
     DisableCodeAboveSetup,
+    "nbgrader.preprocessors.CheckCellMetadata",
+]
+c.Autograde.autograde_preprocessors = [
+    JudgeExecute,
+    "nbgrader.preprocessors.IgnorePattern",
+    "nbconvert.preprocessors.ClearMetadataPreprocessor",
+    "nbgrader.preprocessors.LimitOutput",
+    "nbgrader.preprocessors.SaveAutoGrades",
+    "nbgrader.preprocessors.AssignLatePenalties",
     "nbgrader.preprocessors.CheckCellMetadata",
 ]

@@ -69,12 +69,7 @@ __all__ = [
 ]
 
 
-class GradingError(AssertionError):
-    """A check failed; the message says what is wrong in the student's terms."""
-
-
-class ForbiddenCallError(GradingError):
-    """The student's code called the built-in that this exercise asks them to write."""
+from .feedback import ForbiddenCallError, GradingError
 
 
 class TamperingError(GradingError):

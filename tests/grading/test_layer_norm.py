@@ -1,6 +1,6 @@
 """The checks of notebook 03 (layer norm, residual blocks): what is particular to them (how the
-notebook and its checks fit together, forbidden built-ins, tensor subclasses, tampering,
-the behaviour the notebook promises). Every answer of tests/variants, buggy, correct or
+notebook and its checks fit together, forbidden built-ins, tensor subclasses, the behaviour the
+notebook promises). Every answer of tests/variants, buggy, correct or
 stub, is graded in test_catalogue.py.
 """
 
@@ -16,7 +16,7 @@ from notebook_namespace import (
 from variants import Variant
 
 from encoder_lib import grading
-from encoder_lib.grading import ForbiddenCallError, GradingError, TamperingError
+from encoder_lib.grading import ForbiddenCallError, GradingError
 
 # test cell grade_id -> (answer cell grade_id, name the answer defines, check)
 CHECKS = {
@@ -87,32 +87,3 @@ def test_eps_inside_or_outside_is_told_apart_on_tiny_variance():
     namespace = NOTEBOOK.namespace({variant.cell: variant.source})
     with pytest.raises(GradingError, match="outside the square root"):
         grading.check_layer_norm(namespace["layer_norm"])
-
-
-LYING_MODE = """
-from torch.overrides import TorchFunctionMode
-
-
-class EverythingMatches(TorchFunctionMode):
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        if func in (torch.allclose, torch.equal, torch.Tensor.allclose, torch.Tensor.equal):
-            return True
-        return func(*args, **(kwargs or {}))
-"""
-
-
-@pytest.mark.parametrize("when", ["in the answer cell", "during the call"])
-def test_a_lying_function_mode_is_refused(when, clean_mode_stack):
-    if when == "in the answer cell":
-        source = (
-            NOTEBOOK.source("answer_layer_norm") + LYING_MODE + "EverythingMatches().__enter__()\n"
-        )
-    else:
-        source = LYING_MODE + (
-            "def layer_norm(x, weight, bias, eps=1e-5):\n"
-            "    EverythingMatches().__enter__()\n"
-            "    return torch.zeros_like(x)\n"
-        )
-    namespace = NOTEBOOK.namespace({"answer_layer_norm": source})
-    with pytest.raises(TamperingError, match="TorchFunctionMode"):
-        NOTEBOOK.run("test_layer_norm", namespace, thorough=False)

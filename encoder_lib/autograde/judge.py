@@ -1,0 +1,146 @@
+"""nbgrader preprocessors that decide grades outside the student's kernel.
+
+``JudgeExecute`` replaces nbgrader's ``Execute`` at autograde. It runs the notebook in the
+student's kernel as usual (setup cell, answer cells, the student's own cells) with two changes:
+
+- a test cell graded by a registered exercise (``encoder_lib.grading.EXERCISES``, keyed by the
+  cell's grade_id) is not run in the kernel. This process runs the exercise's cases itself: it
+  builds the inputs, sends each ``Call`` into the kernel (``observe.serve``), reads back plain
+  tensors (``wire``: JSON and safetensors, never pickle), and judges them against the reference
+  computed here. The cell's outputs are then written from the verdict: one "Correct" line, or
+  the short error block that scores the cell 0. Nothing the kernel prints reaches that cell, and
+  nothing in the kernel (a rebound function, a frame, a closure, a fake module) can reach the
+  comparison, the catalogue or the expected values, which never enter the kernel.
+- cells tagged ``demo`` (figures, widgets, training shown to the student) are not run: they
+  define nothing an answer needs (``tests/notebooks`` checks this), and grading need not pay for
+  them.
+
+``DisableCodeAboveSetup`` (a sanitize step) blanks student code cells placed above the locked
+setup cell, so that the notebook starts the way the course set it up.
+
+What is and is not guaranteed is written in the README ("How grading works").
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import nbformat
+import torch
+from nbclient.exceptions import DeadKernelError
+from nbgrader.preprocessors import Execute, NbGraderPreprocessor
+from nbgrader.utils import is_grade, is_solution
+
+from encoder_lib.grading import runner, wire
+from encoder_lib.grading.feedback import GradingError
+from encoder_lib.grading.observe import Call, Failure, Observation
+
+__all__ = ["JudgeExecute", "DisableCodeAboveSetup", "DEMO_TAG"]
+
+DEMO_TAG = "demo"
+"""Cells with this tag only show something; autograde skips them."""
+
+PASSED = "Correct: {title} passes every test, visible and hidden (checked by the grader).\n"
+
+
+def _grade_id(cell) -> str | None:
+    return cell.metadata.get("nbgrader", {}).get("grade_id")
+
+
+class JudgeExecute(Execute):
+    """nbgrader's ``Execute``, with registered test cells judged in this process."""
+
+    def preprocess_cell(self, cell, resources, index):
+        if cell.cell_type != "code":
+            return super().preprocess_cell(cell, resources, index)
+        if DEMO_TAG in cell.metadata.get("tags", []):
+            cell.outputs = []
+            return cell, resources
+        exercise = runner.EXERCISES.get(_grade_id(cell) or "")
+        if exercise is not None and is_grade(cell) and not is_solution(cell):
+            cell.outputs = self._judge(exercise, index)
+            return cell, resources
+        return super().preprocess_cell(cell, resources, index)
+
+    def _judge(self, exercise: runner.Exercise, index: int) -> list:
+        ask = _KernelAsk(self, index)
+        with _one_thread():
+            try:
+                runner.run(exercise, ask, thorough=True)
+            except GradingError as error:
+                return [
+                    nbformat.v4.new_output(
+                        "error",
+                        ename=type(error).__name__,
+                        evalue=error.problem,
+                        traceback=error.lines(colour=True),
+                    )
+                ]
+        return [
+            nbformat.v4.new_output(
+                "stream", name="stdout", text=PASSED.format(title=exercise.title)
+            )
+        ]
+
+
+class _KernelAsk:
+    """An ``Ask`` that runs each ``Call`` in the student's kernel through nbgrader's client."""
+
+    def __init__(self, client: JudgeExecute, index: int):
+        self.client = client
+        self.index = index
+
+    def __call__(self, call: Call) -> Observation:
+        request = wire.encode_call(call)
+        source = f"__import__('encoder_lib.grading.observe').grading.observe.serve({request!r})"
+        probe = nbformat.v4.new_code_cell(source)
+        cells = self.client.nb.cells
+        original = cells[self.index]
+        try:
+            self.client.execute_cell(probe, self.index, store_history=False)
+        except DeadKernelError:
+            return _no_answer("the kernel died")
+        finally:
+            cells[self.index] = original
+        answers = [
+            out["data"][wire.MIME]
+            for out in probe.outputs
+            if out.get("output_type") == "display_data" and wire.MIME in out.get("data", {})
+        ]
+        if not answers:
+            errors = [out for out in probe.outputs if out.get("output_type") == "error"]
+            reason = errors[-1].get("ename", "an error") if errors else "no reply"
+            return _no_answer(f"{reason}; it may have run past the time limit")
+        try:
+            return wire.decode_observation(answers[-1])
+        except wire.WireError as error:
+            return _no_answer(f"its answer could not be read: {error}")
+
+
+def _no_answer(reason: str) -> Observation:
+    return Observation(failure=Failure("no answer", "", reason))
+
+
+@contextlib.contextmanager
+def _one_thread() -> Iterator[None]:
+    """The references are tiny: one thread is fastest, above all on a busy machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+class DisableCodeAboveSetup(NbGraderPreprocessor):
+    """Blank every code cell before the cell whose grade_id is ``setup``."""
+
+    def preprocess(self, nb, resources):
+        ids = [_grade_id(cell) for cell in nb.cells]
+        if "setup" in ids:
+            for cell in nb.cells[: ids.index("setup")]:
+                if cell.cell_type == "code" and cell.source.strip():
+                    cell.source = "# (disabled at grading: code above the setup cell does not run)"
+                    cell.outputs = []
+        return nb, resources

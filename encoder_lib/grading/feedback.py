@@ -1,0 +1,114 @@
+"""What a student reads when a check fails: a short block, not a traceback.
+
+A failed check raises ``GradingError``. IPython shows an exception through its
+``_render_traceback_()`` when it has one, so a failure reads like a compiler error: which
+exercise, the call it was tried on, what is wrong (the named mistake and how to fix it) and, when
+the student's own code raised, their line. No frame of the grader is shown and no chained
+"direct cause". nbgrader still sees an error output, so the test cell scores 0.
+
+Whoever debugs the grader gets the ordinary traceback back with ``show_full_tracebacks(True)``
+or the environment variable ``ENCODER_LAB_FULL_TRACEBACK=1``.
+"""
+
+from __future__ import annotations
+
+import os
+import textwrap
+import traceback
+
+__all__ = ["GradingError", "ForbiddenCallError", "show_full_tracebacks"]
+
+WIDTH = 96
+"""Lines are wrapped to this width: the notebook's and the feedback page's boxes show them whole."""
+
+_RED, _BOLD, _RESET = "\x1b[31m", "\x1b[1m", "\x1b[0m"
+_full = [os.environ.get("ENCODER_LAB_FULL_TRACEBACK", "") not in ("", "0")]
+
+
+def show_full_tracebacks(on: bool = True) -> None:
+    """Show failed checks as ordinary tracebacks (with the grader's frames) instead of the short
+    block: for whoever debugs a check."""
+    _full[0] = on
+
+
+class GradingError(AssertionError):
+    """A check failed. ``problem`` says what is wrong in the student's terms.
+
+    Args:
+        problem: the named mistake and what to do about it (one or more sentences).
+        tried: the call the check made, with shapes, e.g. ``"layer_norm(x, weight, bias) with
+            x of shape (3, 5, 4)"``.
+        exercise: which exercise, e.g. ``"Exercise 1 · layer_norm"``.
+        where: the student's line that raised, when the failure is an exception from their code.
+    """
+
+    headline = "not right yet"
+
+    def __init__(
+        self,
+        problem: str,
+        tried: str | None = None,
+        exercise: str | None = None,
+        where: str | None = None,
+    ):
+        super().__init__(problem)
+        self.problem = problem
+        self.tried = tried
+        self.exercise = exercise
+        self.where = where
+
+    def located(self, exercise: str | None = None, tried: str | None = None) -> GradingError:
+        """The same error with ``exercise`` and ``tried`` filled in where they were missing."""
+        self.exercise = self.exercise or exercise
+        self.tried = self.tried or tried
+        return self
+
+    def __str__(self) -> str:
+        parts = [f"{self.tried}:" if self.tried else "", self.problem]
+        if self.where:
+            parts.append(f"(your code: {self.where})")
+        return " ".join(p for p in parts if p)
+
+    def lines(self, colour: bool = False) -> list[str]:
+        """The short block, one string per line, wrapped to ``WIDTH``."""
+        title = f"{self.exercise}: {self.headline}" if self.exercise else self.headline.capitalize()
+        head = f"{_BOLD}{_RED}{title}{_RESET}" if colour else title
+        out = [head]
+        for label, text in (("tried", self.tried), ("problem", self.problem)):
+            if text:
+                out += _field(label, text)
+        if self.where:
+            out += _field("your code", self.where)
+        return out
+
+    def _render_traceback_(self) -> list[str]:
+        if _full[0]:
+            return "".join(traceback.format_exception(self)).splitlines()
+        return self.lines(colour=True)
+
+
+class ForbiddenCallError(GradingError):
+    """The student's code called a built-in that already does what the exercise asks for."""
+
+    headline = "uses a built-in this exercise asks you to write"
+
+
+class NotWrittenYet(GradingError):  # noqa: N818 (reads as the student's situation)
+    """The exercise still raises the ``NotImplementedError`` of its stub."""
+
+    headline = "not written yet"
+
+
+def _field(label: str, text: str) -> list[str]:
+    """``label`` and ``text``, the text wrapped and indented under its first line."""
+    indent = " " * 13
+    lines: list[str] = []
+    for paragraph in text.splitlines() or [""]:
+        lines += textwrap.wrap(
+            paragraph,
+            WIDTH - len(indent),
+            break_long_words=False,
+            break_on_hyphens=False,
+        ) or [""]
+    first = f"  {label + ':':<11}"
+    return [first + lines[0]] + [indent + line for line in lines[1:]]

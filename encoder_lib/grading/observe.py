@@ -1,0 +1,558 @@
+"""The student's side of a check: run their code on given inputs and record what happened.
+
+Nothing here compares anything. A ``Call`` says what to run (a notebook function, or a notebook
+class to construct and call), on which inputs and in which mode; ``observe`` runs it and returns
+an ``Observation``: the value returned (tensors as plain detached copies), the inputs as they are
+afterwards (in-place changes show), gradients when asked for, facts about a constructed module,
+or the ``Failure`` that stopped it (an exception from the student's code and their line, an
+unfinished stub, a forbidden built-in). The runner (``runner.py``) judges observations.
+
+While the student's code runs, inside ``student_mode``:
+- the built-ins the exercise forbids are trapped: a call to one is recorded and stops the call
+  (``F.layer_norm`` inside a ``layer_norm`` answer...);
+- dropout is deterministic: ``F.dropout`` (hence ``nn.Dropout``) keeps or drops each element
+  according to its value, not a random stream, so a check can compare where dropout sits with
+  the reference's, whatever order the answer draws its masks in;
+- warnings are silenced and torch runs on one thread (the tensors are tiny).
+
+Two ways to observe, one code path: in the notebook the visible tests call ``observe`` directly;
+at autograde the grader (``encoder_lib.autograde.judge``) sends the same ``Call`` into the
+student's kernel through ``serve`` and reads the ``Observation`` back (``wire.py``: JSON and raw
+tensors, never pickle). What the kernel sends back is data the grader judges: it cannot pass a
+check unless the tensors are right.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import linecache
+import os
+import sys
+import sysconfig
+import warnings
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.overrides import TorchFunctionMode
+
+__all__ = [
+    "Call",
+    "Part",
+    "Failure",
+    "Observation",
+    "Forbidden",
+    "FORBIDDEN",
+    "PARTS",
+    "SCENARIOS",
+    "observe",
+    "student_mode",
+    "deterministic_dropout",
+    "serve",
+]
+
+
+# --- what to run ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Part:
+    """A callable the check hands to the student's code (a sub-layer, a norm...), built on the
+    student's side from ``PARTS[kind]`` and counted: how often it was called is observed."""
+
+    kind: str
+    tensors: Mapping[str, torch.Tensor] = field(default_factory=dict)
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Call:
+    """What to run. With ``init`` the target is a class: ``target(*init[0], **init[1])`` is
+    built, converted to ``dtype``, given ``state`` (``load_state_dict``), put in train or eval
+    mode and then called; without, the target itself is called.
+
+    Args:
+        target: the name the notebook defines, e.g. ``"layer_norm"`` or ``"LayerNorm"``.
+        exercise: whose forbidden built-ins are trapped (a key of ``FORBIDDEN``).
+        args, kwargs: tensors, numbers, strings, None, ``Part``s, or tuples of these.
+        grad: names of tensor arguments (``"args[0]"``, ``"mask"``) that require gradients,
+            and ``"parameters"`` for every parameter of a constructed module.
+        upstream: when given, ``sum(output * upstream)`` is backpropagated (one tensor per tensor
+            of the output, in order) and the gradients of ``grad`` are observed.
+        inspect: report the constructed module's parameters (names, shapes, initial values) and
+            the attributes named in ``attrs``.
+        scenario: a key of ``SCENARIOS``: how to run it (``"call"``, the default, is the above).
+        options: what a topic-specific scenario needs besides the above.
+    """
+
+    target: str
+    exercise: str
+    args: tuple[Any, ...] = ()
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    init: tuple[tuple[Any, ...], Mapping[str, Any]] | None = None
+    dtype: torch.dtype | None = None
+    state: Mapping[str, torch.Tensor] | None = None
+    train: bool = False
+    grad: tuple[str, ...] = ()
+    upstream: tuple[torch.Tensor, ...] | None = None
+    inspect: bool = False
+    attrs: tuple[str, ...] = ()
+    scenario: str = "call"
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Failure:
+    """Why a call did not return: ``kind`` is ``"stub"`` (the ``NotImplementedError`` of an
+    unfinished exercise), ``"forbidden"`` (``error`` names the built-in), ``"error"`` (an
+    exception from the student's code), ``"missing"`` (the name is not defined) or
+    ``"no answer"`` (the kernel timed out, died or answered nonsense: autograde only)."""
+
+    kind: str
+    error: str = ""
+    message: str = ""
+    phase: str = "call"
+    """``"construct"``, ``"load"`` (load_state_dict), ``"call"`` or ``"backward"``."""
+    where: str | None = None
+    """The student's line that raised: ``Cell In[12], line 3, in f: x = y.var()``."""
+    function: str | None = None
+    """The qualified name of the innermost notebook function in the traceback (for a stub: which
+    one, e.g. ``"LayerNorm.forward"``)."""
+
+
+@dataclass
+class Observation:
+    value: Any = None
+    """What the call returned: tensors (plain, detached, on the CPU), numbers, strings, None,
+    tuples and lists of these; any other object as ``Opaque``."""
+    failure: Failure | None = None
+    after: dict[str, torch.Tensor] = field(default_factory=dict)
+    """Every tensor argument as it is after the call, by name (``"args[0]"``, ``"mask"``)."""
+    grads: dict[str, torch.Tensor | None] = field(default_factory=dict)
+    """Gradients by argument name or ``"parameters.<name>"`` (None: no gradient reached it)."""
+    info: dict[str, Any] = field(default_factory=dict)
+    """Plain facts: ``"tensors"`` (per returned tensor path: its class when not exactly
+    torch.Tensor, whether it requires grad), ``"module"``, ``"parts"``, scenario extras."""
+
+
+@dataclass(frozen=True)
+class Opaque:
+    """A returned object that is neither a tensor nor a plain value: only its type is kept."""
+
+    type: str
+
+
+# --- forbidden built-ins and the parts handed to student code -----------------------------------
+
+
+@dataclass(frozen=True)
+class Forbidden:
+    """The built-ins that already do an exercise's work: torch functions (trapped with a
+    ``TorchFunctionMode``, which also sees calls made inside ``nn`` modules) and Python functions
+    or classes (watched with a profiler hook), each with the name a message uses."""
+
+    torch: Mapping[Any, str] = field(default_factory=dict)
+    python: Mapping[Any, str] = field(default_factory=dict)
+
+
+FORBIDDEN: dict[str, Forbidden] = {}
+"""Exercise name -> its forbidden built-ins; each topic module registers its own."""
+
+PARTS: dict[str, Callable[[Part], Callable[..., Any]]] = {}
+"""Part kind -> a builder of the callable (topic modules register theirs)."""
+
+SCENARIOS: dict[str, Callable[[Callable[[str], Any], Call], Observation]] = {}
+"""How to run a ``Call``: ``"call"`` and topic-specific ones (e.g. an encoder whose layers are
+replaced by recording ones). A scenario gets a lookup of notebook names and the call."""
+
+
+class _Counted:
+    def __init__(self, fn: Callable[..., Any]):
+        self.fn, self.calls = fn, 0
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls += 1
+        return self.fn(*args, **kwargs)
+
+
+# --- the mode student code runs in ---------------------------------------------------------------
+
+_DROPOUT = (F.dropout, torch.dropout, torch.dropout_)
+_GOLDEN = 0.6180339887498949
+
+
+def deterministic_dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
+    """Inverted dropout whose keep/drop decision is a function of each element's value.
+
+    An element is kept when frac(|x| * 7919.0 + 0.5 * golden ratio) >= p and then scaled by
+    1 / (1 - p), as ``F.dropout`` scales. Two computations that apply dropout to the same values,
+    in any order or in slices, make the same decisions, so the student's module and the
+    reference can be compared in training mode. Rounding differences flip a decision only for
+    values within about 1e-12 of a threshold."""
+    if not training or p == 0.0:
+        return x
+    if p >= 1.0:
+        return x * 0.0
+    with torch.no_grad():
+        u = torch.frac(x.detach().abs().to(torch.float64) * 7919.0 + 0.5 * _GOLDEN)
+        keep = (u >= p).to(x.dtype)
+    return x * keep / (1.0 - p)
+
+
+class _StudentMode(TorchFunctionMode):
+    """Trap forbidden torch functions; make dropout deterministic."""
+
+    def __init__(self, forbidden: Mapping[Any, str]):
+        super().__init__()
+        self.forbidden = {id(f): name for f, name in forbidden.items()}
+        self.violation: str | None = None
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = self.forbidden.get(id(func))
+        if name is not None:
+            self.violation = self.violation or name
+            raise _ForbiddenCallError(name)
+        if func in _DROPOUT:
+            x, p, training = _dropout_arguments(func, args, kwargs)
+            return deterministic_dropout(x, p, training)
+        return func(*args, **kwargs)
+
+
+def _dropout_arguments(func: Any, args: tuple, kwargs: dict) -> tuple[torch.Tensor, float, bool]:
+    names = ("input", "p", "training") if func is F.dropout else ("input", "p", "train")
+    defaults = {"p": 0.5, "training": True, "train": True}
+    values = dict(zip(names, args, strict=False)) | kwargs
+    training = values.get("training", values.get("train", defaults["training"]))
+    return values["input"], float(values.get("p", defaults["p"])), bool(training)
+
+
+class _ForbiddenCallError(Exception):
+    def __init__(self, name: str):
+        super().__init__(f"called {name}")
+        self.name = name
+
+
+@contextlib.contextmanager
+def student_mode(exercise: str) -> Iterator[list[str]]:
+    """Run student code with ``exercise``'s built-ins trapped and dropout deterministic; yields
+    the list of forbidden built-ins seen (empty when all is well)."""
+    forbidden = FORBIDDEN.get(exercise, Forbidden())
+    codes: dict[Any, str] = {}
+    for obj, name in forbidden.python.items():
+        for fn in _functions_of(obj):
+            codes[fn.__code__] = name
+    seen: list[str] = []
+
+    def profiler(frame, event, arg):
+        if event == "call" and frame.f_code in codes:
+            seen.append(codes[frame.f_code])
+
+    mode = _StudentMode(forbidden.torch)
+    threads = torch.get_num_threads()
+    previous = sys.getprofile()
+    torch.set_num_threads(1)
+    try:
+        with warnings.catch_warnings(), mode:
+            warnings.simplefilter("ignore")
+            if codes:
+                sys.setprofile(profiler)
+            try:
+                yield seen
+            finally:
+                if codes:
+                    _restore_profile(previous)
+    finally:
+        torch.set_num_threads(threads)
+        if mode.violation and mode.violation not in seen:
+            seen.insert(0, mode.violation)
+
+
+def _functions_of(obj: Any) -> list[Any]:
+    if isinstance(obj, type):
+        return [
+            getattr(v, "__func__", v)
+            for v in vars(obj).values()
+            if hasattr(getattr(v, "__func__", v), "__code__")
+        ]
+    return [obj] if hasattr(obj, "__code__") else []
+
+
+def _restore_profile(previous: Any) -> None:
+    try:
+        sys.setprofile(previous)
+    except TypeError:  # a C-level profiler such as cProfile's cannot be re-installed from Python
+        sys.setprofile(None)
+
+
+# --- the student's line --------------------------------------------------------------------------
+
+# Genuine code lives in the standard library, installed packages and encoder_lib; code typed in a
+# notebook lives elsewhere (ipykernel's temporary files, "<cell ...>", "<ipython-input-...>").
+_LIBRARY_DIRS = tuple(
+    {sysconfig.get_paths()[key] for key in ("stdlib", "platstdlib", "purelib", "platlib")}
+    | {os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))}
+)
+
+
+def _is_notebook_code(filename: str) -> bool:
+    return not os.path.abspath(filename).startswith(_LIBRARY_DIRS) or filename.startswith("<")
+
+
+def _student_frame(error: BaseException) -> tuple[str | None, str | None]:
+    """(where, function) of the innermost frame of notebook code in ``error``'s traceback."""
+    found = None
+    tb = error.__traceback__
+    while tb is not None:
+        if _is_notebook_code(tb.tb_frame.f_code.co_filename):
+            found = tb
+        tb = tb.tb_next
+    if found is None:
+        return None, None
+    code = found.tb_frame.f_code
+    line = linecache.getline(code.co_filename, found.tb_lineno).strip()
+    where = f"{_cell_name(code.co_filename)}, line {found.tb_lineno}, in {code.co_name}"
+    return (f"{where}: {line}" if line else where), code.co_qualname
+
+
+def _cell_name(filename: str) -> str:
+    """``Cell In[12]`` for a notebook cell, as IPython names it; the file name otherwise."""
+    shell = _ipython()
+    count = getattr(getattr(shell, "compile", None), "_filename_map", {}).get(filename)
+    if count is not None:
+        return f"Cell In[{count}]"
+    return filename if filename.startswith("<") else os.path.basename(filename)
+
+
+def _ipython() -> Any:
+    module = sys.modules.get("IPython")
+    get = getattr(module, "get_ipython", None)
+    return get() if get is not None else None
+
+
+def _failure(error: BaseException, phase: str, seen: list[str]) -> Failure:
+    where, function = _student_frame(error)
+    if seen or isinstance(error, _ForbiddenCallError):
+        name = seen[0] if seen else error.name  # type: ignore[attr-defined]
+        return Failure("forbidden", name, "", phase, where, function)
+    kind = "stub" if isinstance(error, NotImplementedError) else "error"
+    return Failure(kind, type(error).__name__, str(error), phase, where, function)
+
+
+# --- observing a call ----------------------------------------------------------------------------
+
+
+def observe(lookup: Callable[[str], Any], call: Call) -> Observation:
+    """Run ``call`` with ``lookup(name)`` giving the notebook's objects; never raises for
+    anything the student's code does."""
+    scenario = SCENARIOS[call.scenario]
+    try:
+        return scenario(lookup, call)
+    except _MissingError as e:
+        return Observation(failure=Failure("missing", "NameError", str(e)))
+
+
+class _MissingError(Exception):
+    pass
+
+
+def _lookup_target(lookup: Callable[[str], Any], name: str) -> Any:
+    try:
+        return lookup(name)
+    except (KeyError, NameError):
+        raise _MissingError(
+            f"{name} is not defined: run the cell that defines it (and the cells above it)."
+        ) from None
+
+
+def _materialise(value: Any, counted: list[_Counted]) -> Any:
+    """Arguments as the student's code receives them: copies of the tensors (one copy per
+    distinct tensor, so self-attention still gets one tensor three times) and built parts."""
+    copies: dict[int, torch.Tensor] = {}
+
+    def walk(v: Any) -> Any:
+        if isinstance(v, torch.Tensor):
+            if id(v) not in copies:
+                copies[id(v)] = v.detach().clone()
+            return copies[id(v)]
+        if isinstance(v, Part):
+            part = _Counted(PARTS[v.kind](v))
+            counted.append(part)
+            return part
+        if isinstance(v, tuple):
+            return tuple(walk(x) for x in v)
+        if isinstance(v, list):
+            return [walk(x) for x in v]
+        return v
+
+    return walk(value)
+
+
+def named_tensors(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+    """The tensor arguments by name: ``"args[0]"``... for positional ones, the keyword for the
+    others (the first name wins when one tensor is passed twice)."""
+    named: dict[str, torch.Tensor] = {}
+    seen: set[int] = set()
+    for name, value in [*((f"args[{i}]", a) for i, a in enumerate(args)), *kwargs.items()]:
+        if isinstance(value, torch.Tensor) and id(value) not in seen:
+            named[name] = value
+            seen.add(id(value))
+    return named
+
+
+def kind_of(obj: Any) -> str:
+    """``"function"``, ``"module class"`` (an ``nn.Module`` subclass), ``"class X"`` or the type
+    of anything else."""
+    if isinstance(obj, type):
+        return "module class" if issubclass(obj, nn.Module) else f"class {obj.__qualname__}"
+    if callable(obj):
+        return "function"
+    return f"a {type(obj).__qualname__}"
+
+
+def _run_call(lookup: Callable[[str], Any], call: Call) -> Observation:
+    target = _lookup_target(lookup, call.target)
+    obs = Observation(info={"target": kind_of(target)})
+    wanted = callable(target) if call.init is None else isinstance(target, type)
+    if not wanted:
+        return obs
+    counted: list[_Counted] = []
+    args = _materialise(call.args, counted)
+    kwargs = {k: _materialise(v, counted) for k, v in call.kwargs.items()}
+    inputs = named_tensors(args, kwargs)
+    for name in call.grad:
+        if name in inputs:
+            inputs[name].requires_grad_(True)
+    phase = "construct"
+    with student_mode(call.exercise) as seen:
+        try:
+            fn = target
+            if call.init is not None:
+                init_args = _materialise(call.init[0], counted)
+                init_kwargs = {k: _materialise(v, counted) for k, v in call.init[1].items()}
+                fn = target(*init_args, **init_kwargs)
+                if call.inspect or not isinstance(fn, nn.Module):
+                    obs.info["module"] = describe_module(fn, call.attrs)
+                if not isinstance(fn, nn.Module):
+                    return obs
+                phase = "load"
+                if call.dtype is not None:
+                    fn = fn.to(call.dtype)
+                if call.state is not None:
+                    fn.load_state_dict({k: v.clone() for k, v in call.state.items()})
+                fn.train(call.train)
+            phase = "call"
+            needs_graph = call.upstream is not None
+            with contextlib.nullcontext() if needs_graph else torch.no_grad():
+                value = fn(*args, **kwargs)
+            obs.value, obs.info["tensors"] = export_value(value)
+            if call.upstream is not None:
+                phase = "backward"
+                _backward(value, call.upstream)
+                obs.grads = {name: _grad(inputs.get(name)) for name in call.grad if name in inputs}
+                if "parameters" in call.grad and isinstance(fn, nn.Module):
+                    for name, p in fn.named_parameters():
+                        obs.grads[f"parameters.{name}"] = _grad(p)
+        except Exception as error:  # anything the student's code raised is observed, not raised
+            obs.failure = _failure(error, phase, seen)
+        if seen and obs.failure is None:
+            obs.failure = Failure("forbidden", seen[0], "", phase)
+    obs.after = {name: t.detach().clone() for name, t in inputs.items()}
+    if counted:
+        obs.info["parts"] = [part.calls for part in counted]
+    return obs
+
+
+SCENARIOS["call"] = _run_call
+
+
+def describe_module(module: Any, attrs: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Plain facts about a constructed object: its class, whether it is an ``nn.Module``, its
+    parameters (shape and initial values) and the requested attributes (plain values only)."""
+    facts: dict[str, Any] = {"type": type(module).__qualname__}
+    facts["is_module"] = isinstance(module, nn.Module)
+    if facts["is_module"]:
+        facts["parameters"] = {name: p.detach().clone() for name, p in module.named_parameters()}
+        facts["submodules"] = {
+            name: f"{type(m).__module__}.{type(m).__qualname__}"
+            for name, m in module.named_modules()
+            if name
+        }
+    values = {}
+    for name in attrs:
+        value = getattr(module, name, _ABSENT)
+        if value is _ABSENT:
+            continue
+        values[name] = value if isinstance(value, int | float | str | bool | None) else repr(value)
+    facts["attrs"] = values
+    return facts
+
+
+_ABSENT = object()
+
+
+def export_value(value: Any) -> tuple[Any, dict[str, dict[str, Any]]]:
+    """A copy of ``value`` that holds only plain data, and facts about each tensor in it by path
+    (``""`` for a tensor returned alone, ``"[0]"``, ``"[1]"``... inside a tuple)."""
+    facts: dict[str, dict[str, Any]] = {}
+
+    def walk(v: Any, path: str) -> Any:
+        if isinstance(v, torch.Tensor):
+            facts[path] = {"requires_grad": bool(v.requires_grad)}
+            if type(v) is not torch.Tensor:
+                facts[path]["class"] = f"{type(v).__module__}.{type(v).__qualname__}"
+            with torch._C.DisableTorchFunctionSubclass():
+                plain = torch.Tensor._make_subclass(torch.Tensor, v.detach().cpu())
+                return plain.clone()
+        if isinstance(v, tuple | list):
+            items = [walk(x, f"{path}[{i}]") for i, x in enumerate(v)]
+            return tuple(items) if isinstance(v, tuple) else items
+        if v is None or type(v) in (int, float, bool, str):
+            return v
+        return Opaque(f"{type(v).__module__}.{type(v).__qualname__}")
+
+    return walk(value, ""), facts
+
+
+def tensors_of(value: Any) -> list[torch.Tensor]:
+    """The tensors in a returned value, in order."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, tuple | list):
+        return [t for v in value for t in tensors_of(v)]
+    return []
+
+
+def _backward(value: Any, upstream: tuple[torch.Tensor, ...]) -> None:
+    outputs = tensors_of(value)
+    pairs = [(o, u) for o, u in zip(outputs, upstream, strict=False) if o.requires_grad]
+    if pairs:
+        loss = sum((o * u.to(o.dtype)).sum() for o, u in pairs)
+        loss.backward()  # type: ignore[union-attr]
+
+
+def _grad(t: torch.Tensor | None) -> torch.Tensor | None:
+    return None if t is None or t.grad is None else t.grad.detach().clone()
+
+
+# --- autograde: the kernel end of the grader's requests ------------------------------------------
+
+
+def serve(request: str) -> None:
+    """Answer one request from the grader (``encoder_lib.autograde.judge``): decode the
+    ``Call``, observe it in this kernel's namespace, publish the encoded ``Observation`` as
+    display data. Runs in the student's kernel; the grader trusts nothing it says beyond data."""
+    from IPython.display import publish_display_data
+
+    from . import wire
+
+    try:
+        call = wire.decode_call(request)
+        namespace = _ipython().user_ns
+        obs = observe(namespace.__getitem__, call)
+    except Exception as error:  # a request this kernel cannot run is an answer too
+        obs = Observation(failure=Failure("no answer", type(error).__name__, str(error)))
+    publish_display_data({wire.MIME: wire.encode_observation(obs)})

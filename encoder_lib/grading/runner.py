@@ -1,0 +1,546 @@
+"""One runner for every exercise: exercises are data, the generic checks are written once.
+
+An ``Exercise`` says what the student writes (a function or a class, under which name, graded by
+which test cell) and produces its ``Case``s: the ``Call`` to make, the reference's value, the
+values that named mistakes give (the catalogue), property probes for when nothing in the
+catalogue matches, the expected gradients. ``run`` makes each call through an ``Ask`` (in the
+notebook: ``local``, which runs the student's object in this process; at autograde: the grader's
+kernel client, which runs it in the student's kernel) and judges the ``Observation`` here, in
+this order, the first failure raising a ``GradingError`` that names the problem:
+
+1. the call did not return: not written yet, a forbidden built-in, an exception (with the
+   student's line and the case's hint), the name not defined;
+2. a constructed module: an ``nn.Module``, with the expected parameters (names, initial values),
+   attributes and no forbidden sub-module;
+3. the value's structure (a tensor, a pair, an int), each tensor a plain ``torch.Tensor`` with
+   the expected shape;
+4. no input changed in place;
+5. every tensor has the expected dtype;
+6. the values: equal to the reference, or else the first named mistake whose value they equal,
+   or the first probe that explains the difference, or a generic mismatch message;
+7. gradients: the output still requires grad, every expected gradient arrives and is right.
+
+Dropout is deterministic while the student's code runs (``observe.deterministic_dropout``) and
+the reference runs under the same rule, so a case in training mode is compared like any other:
+where dropout sits shows in the values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from .feedback import ForbiddenCallError, GradingError, NotWrittenYet
+from .observe import Call, Failure, Observation, Opaque, named_tensors, observe, student_mode
+
+__all__ = [
+    "Ask",
+    "Case",
+    "Exercise",
+    "ModuleSpec",
+    "EXERCISES",
+    "run",
+    "local",
+    "make_check",
+    "close",
+    "mismatch",
+    "randn",
+    "keep_first",
+    "reference_mode",
+]
+
+Ask = Callable[[Call], Observation]
+"""Runs a call on the student's code and returns what was observed."""
+
+Probe = Callable[[Observation, Ask], "str | None"]
+"""Looks for a property the answer breaks; returns a description of the problem or None (or
+raises a ``GradingError`` of its own)."""
+
+# --- wordings shared by every exercise -----------------------------------------------------------
+
+NOT_WRITTEN = (
+    "{name} is not written yet: replace `raise NotImplementedError()` with your code, run its "
+    "cell, then this one."
+)
+CALLS_STUB = "it calls {name}, which is not written yet: write {name} first (and run its cell)."
+FORBIDDEN = (
+    "{who} calls {name}, which already does what this exercise asks you to write, so it earns no "
+    "points. Write it yourself from basic tensor operations (matmul, softmax, mean, ...); you may "
+    "use it afterwards to check your answer."
+)
+IN_PLACE = (
+    "it changed its input in place: {name} is not the same after the call (an operation ending "
+    "in _, such as masked_fill_ or add_, or an assignment such as x -= ... or x[...] = ...). The "
+    "caller still needs its tensor: compute a new tensor instead."
+)
+WRONG_DTYPE = (
+    "{slot} has dtype {got}, but the inputs were {expected}: keep the inputs' dtype (no "
+    ".float() or .double(), no new tensors made with a fixed dtype)."
+)
+NO_GRAD = (
+    "{slot} does not require grad: no gradient reaches the inputs, so nothing could train. Keep "
+    "the computation differentiable with autograd: no .detach(), .data, .item(), numpy or "
+    "torch.no_grad()."
+)
+GRAD_MISSING = (
+    "after backward, {name}.grad is None, so training would never update it: no gradient "
+    "reaches {name}. Use {name} itself in the computation (not .data, .detach() or a copy)."
+)
+
+
+# --- exercises and cases -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModuleSpec:
+    """What a constructed module must look like (mostly: the given ``__init__`` kept)."""
+
+    parameters: Sequence[str] | None = None
+    """The expected parameter names (order does not matter)."""
+    names_message: str = ""
+    """Said when the names differ; may use ``{got}`` and ``{expected}``."""
+    initial: Mapping[str, float] = field(default_factory=dict)
+    """Parameter name -> the value it is filled with after construction."""
+    attrs: Mapping[str, Any] = field(default_factory=dict)
+    """Attribute -> expected value (e.g. ``{"eps": 1e-5}``)."""
+    forbidden_submodules: Mapping[str, str] = field(default_factory=dict)
+    """Qualified class name of a sub-module the answer must not hold -> its name in messages."""
+    not_module_message: str = "{call} should build an nn.Module: keep the given class and __init__."
+    keep_init: str = "keep the given __init__"
+
+
+@dataclass
+class Case:
+    """One call of the student's code and everything needed to judge it."""
+
+    call: Call
+    what: str
+    """The call as the student reads it: ``"layer_norm(x, weight, bias) with x of shape ..."``."""
+    expected: Any
+    """The reference's value (a tensor, a tuple of tensors, an int...), or a function giving it."""
+    mistakes: Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None = None
+    """Description -> the value that mistake gives (same structure as ``expected``; a None slot
+    is not compared). Computed only when the answer is wrong if given as a function."""
+    probes: Sequence[Probe] = ()
+    requires: Sequence[Probe] = ()
+    """Properties checked once the values are right (e.g. a sub-layer called exactly once); a
+    description returned is the message."""
+    slots: Sequence[str] = ()
+    """How messages call each output: ``("the output of ...", "the weights returned by ...")``;
+    by default ``what`` (one output) or ``"output i of what"``."""
+    letters: Sequence[str] = ()
+    """The expected shape of each slot in the course's letters, e.g. ``"(..., L_q, L_k)"``."""
+    shape_hints: Sequence[Mapping[tuple[int, ...], str]] = ()
+    """Per slot: a wrong shape -> what it means."""
+    order: Sequence[int] | None = None
+    """Which slots are compared first (default: in order)."""
+    atol: float | None = None
+    rtol: float | None = None
+    grads: Mapping[str, torch.Tensor] | Callable[[], Mapping[str, torch.Tensor]] | None = None
+    """The reference's gradients by the names ``Call.grad`` uses (``"args[0]"``,
+    ``"parameters.linear1.weight"``...) when ``Call.upstream`` is given."""
+    grad_names: Mapping[str, str] = field(default_factory=dict)
+    """How messages call each gradient's input (``{"args[0]": "x"}``)."""
+    grad_mistakes: Mapping[str, Mapping[str, torch.Tensor]] = field(default_factory=dict)
+    """Input name -> {description: the gradient that mistake gives}."""
+    module: ModuleSpec | None = None
+    inputs: Mapping[str, str] = field(default_factory=dict)
+    """How messages call the tensor arguments (``{"args[0]": "x"}``); default: their names."""
+    failure_hint: Callable[[Failure], str | None] | None = None
+    """Adds the exercise's explanation to an exception from the student's code."""
+    judge: Callable[[Observation, Ask], None] | None = None
+    """Replaces steps 3-7 for values the generic comparison does not fit."""
+    messages: Mapping[str, str] = field(default_factory=dict)
+    """Overrides of the generic wordings: ``"in_place"``, ``"dtype"``, ``"no_grad"``."""
+
+
+@dataclass
+class Exercise:
+    """A graded exercise: what the student writes and how it is tried."""
+
+    name: str
+    """The check's name (``check_<name>``) and the key of its forbidden built-ins."""
+    title: str
+    """How the feedback names it: ``"Exercise 1 · layer_norm"``."""
+    target: str
+    """The name the notebook defines."""
+    test_cell: str
+    """The grade_id of the nbgrader test cell that grades it."""
+    kind: str
+    """``"function"`` or ``"class"`` (an ``nn.Module`` subclass)."""
+    wrong_kind: str
+    """Said when the target is not of that kind, e.g. "keep the given `def layer_norm(...)`"."""
+    cases: Callable[[bool], Iterable[Case]]
+    """The cases; ``True`` adds the hidden tests' (the autograder always runs those too)."""
+    rewrite: Callable[[GradingError, Case, list[Case]], GradingError] | None = None
+    """May rephrase a failure in the light of the cases that passed before it."""
+
+
+EXERCISES: dict[str, Exercise] = {}
+"""Test cell grade_id -> its exercise (the topic modules register theirs)."""
+
+
+def register(exercise: Exercise) -> Callable[..., None]:
+    """Add ``exercise`` to ``EXERCISES`` and return its in-notebook check."""
+    if exercise.test_cell in EXERCISES:
+        raise ValueError(f"two exercises are graded by the test cell {exercise.test_cell!r}")
+    EXERCISES[exercise.test_cell] = exercise
+    return make_check(exercise)
+
+
+def make_check(exercise: Exercise) -> Callable[..., None]:
+    """``check_<name>(obj, thorough=False)``: run ``exercise`` on ``obj`` in this process."""
+
+    def check(obj: Any, thorough: bool = False) -> None:
+        run(exercise, local({exercise.target: obj}), thorough)
+
+    check.__name__ = check.__qualname__ = f"check_{exercise.name}"
+    check.__doc__ = (
+        f"Grade {exercise.title}: raise GradingError naming the problem, or return None. "
+        "``thorough=True`` adds the hidden tests' cases."
+    )
+    return check
+
+
+def local(objects: Mapping[str, Any]) -> Ask:
+    """An ``Ask`` that runs the student's objects in this process (the notebook's visible
+    tests)."""
+
+    def ask(call: Call) -> Observation:
+        return observe(lambda name: objects[name], call)
+
+    return ask
+
+
+# --- running -------------------------------------------------------------------------------------
+
+
+def run(exercise: Exercise, ask: Ask, thorough: bool = False) -> None:
+    """Try every case of ``exercise``; raise the first ``GradingError``, located."""
+    passed: list[Case] = []
+    for case in exercise.cases(thorough):
+        try:
+            obs = ask(case.call)
+            _check_kind(exercise, obs)
+            judge(case, obs, ask)
+        except GradingError as error:
+            error = error.located(exercise.title, case.what)
+            if exercise.rewrite is not None:
+                error = exercise.rewrite(error, case, passed).located(exercise.title, case.what)
+            raise error from None
+        passed.append(case)
+
+
+def _check_kind(exercise: Exercise, obs: Observation) -> None:
+    kind = obs.info.get("target")
+    wanted = "module class" if exercise.kind == "class" else exercise.kind
+    if kind is None or kind == wanted:
+        return
+    noun = {"function": "a function", "class": "a class derived from nn.Module"}[exercise.kind]
+    raise GradingError(f"{exercise.target} should be {noun}, got {kind}: {exercise.wrong_kind}")
+
+
+def judge(case: Case, obs: Observation, ask: Ask) -> None:
+    facts = obs.info.get("module")
+    if facts is not None and (obs.failure is None or obs.failure.phase != "construct"):
+        _check_module(case, facts)
+    if obs.failure is not None:
+        raise failure_error(case, obs.failure)
+    if case.judge is not None:
+        case.judge(obs, ask)
+        return
+    expected = _resolve(case.expected)
+    slots = _slots(case, expected, obs.value, obs.info.get("tensors", {}))
+    _check_in_place(case, obs)
+    for name, got, want, _ in slots:
+        if isinstance(want, torch.Tensor) and got.dtype != want.dtype:
+            template = case.messages.get("dtype", WRONG_DTYPE)
+            original = _first_input_dtype(case) or want.dtype
+            raise GradingError(template.format(slot=name, got=got.dtype, expected=original))
+    _check_values(case, slots, obs, ask)
+    for rule in case.requires:
+        problem = rule(obs, ask)
+        if problem:
+            raise GradingError(problem)
+    if case.call.upstream is not None and case.grads is not None:
+        _check_grads(case, slots, obs)
+
+
+def failure_error(case: Case, failure: Failure) -> GradingError:
+    """The message for a call that did not return."""
+    target = case.call.target
+    who = {
+        "construct": f"{target}(...)",
+        "load": f"{target}'s load_state_dict",
+        "backward": f"the backward pass of {target}",
+    }.get(failure.phase, target)
+    if failure.kind == "stub":
+        own = failure.function in (None, target) or (failure.function or "").startswith(
+            target + "."
+        )
+        if own:
+            return NotWrittenYet(NOT_WRITTEN.format(name=target))
+        return NotWrittenYet(CALLS_STUB.format(name=failure.function))
+    if failure.kind == "forbidden":
+        return ForbiddenCallError(FORBIDDEN.format(who=who, name=failure.error))
+    if failure.kind == "missing":
+        return GradingError(failure.message)
+    if failure.kind == "no answer":
+        return GradingError(
+            f"the notebook's kernel gave no answer when {target} was called ({failure.message}): "
+            "it may loop forever, crash the kernel or take too long."
+        )
+    if failure.phase == "load" and case.module is not None:
+        return GradingError(
+            f"{target}'s parameters do not load: {case.module.keep_init} "
+            f"(load_state_dict said: {failure.message})"
+        )
+    hint = case.failure_hint(failure) if case.failure_hint is not None else None
+    text = f"{who} raised {failure.error}: {failure.message}".rstrip()
+    if hint:
+        text = f"{text}{'' if text.endswith('.') else '.'} {hint}"
+    return GradingError(text, where=failure.where)
+
+
+def _check_module(case: Case, facts: Mapping[str, Any] | None) -> None:
+    spec = case.module or ModuleSpec()
+    call = case.what.split(" with ")[0].split(" on ")[0]
+    if not facts or not facts.get("is_module"):
+        kind = facts.get("type", "?") if facts else "?"
+        raise GradingError(spec.not_module_message.format(call=call, type=kind))
+    for sub, qualified in facts.get("submodules", {}).items():
+        name = spec.forbidden_submodules.get(qualified)
+        if name:
+            raise ForbiddenCallError(
+                FORBIDDEN.format(who=f"{case.call.target} (self.{sub})", name=name)
+            )
+    params: Mapping[str, torch.Tensor] = facts.get("parameters", {})
+    if spec.parameters is not None and sorted(params) != sorted(spec.parameters):
+        raise GradingError(
+            spec.names_message.format(got=sorted(params), expected=sorted(spec.parameters))
+        )
+    for name, fill in spec.initial.items():
+        p = params.get(name)
+        if p is None or not bool((p == fill).all()):
+            raise GradingError(
+                f"{call}.{name} should start filled with {fill:g}: {spec.keep_init}."
+            )
+    attrs = facts.get("attrs", {})
+    for name, value in spec.attrs.items():
+        if attrs.get(name) != value:
+            raise GradingError(
+                f"{call}.{name} should be {value!r}: {spec.keep_init} (it stores the argument in "
+                f"self.{name})."
+            )
+
+
+# --- values --------------------------------------------------------------------------------------
+
+
+def _resolve(value: Any) -> Any:
+    return value() if callable(value) else value
+
+
+def _slots(case: Case, expected: Any, got: Any, facts: Mapping[str, Any]):
+    """``[(name, got, expected, path)]`` per output after checking the structure, the tensor
+    class and the shapes."""
+    if isinstance(expected, tuple):
+        n = len(expected)
+        names = list(case.slots) or [f"output {i}" for i in range(n)]
+        wanted = f"the {'pair' if n == 2 else 'tuple'} ({', '.join(_short(s) for s in names)})"
+        if isinstance(got, torch.Tensor):
+            raise GradingError(
+                f"it returned a single tensor of shape {tuple(got.shape)}: it must return "
+                f"{wanted}, e.g. `return {', '.join(_short(s) for s in names)}`."
+            )
+        if not isinstance(got, tuple | list) or len(got) != n:
+            raise GradingError(f"it returned {_describe(got)}: it must return {wanted}.")
+        items = [(names[i], got[i], expected[i], f"[{i}]") for i in range(n)]
+    else:
+        items = [((case.slots or ["the result"])[0], got, expected, "")]
+    letters = list(case.letters) + [""] * len(items)
+    hints = list(case.shape_hints) + [{}] * len(items)
+    for i, (name, g, e, path) in enumerate(items):
+        if isinstance(e, torch.Tensor):
+            if not isinstance(g, torch.Tensor):
+                raise GradingError(f"{name} should be a torch.Tensor, got {_describe(g)}.")
+            cls = facts.get(path, {}).get("class")
+            if cls:
+                raise GradingError(
+                    f"{name} should be a torch.Tensor, got {cls} (a Tensor subclass: return a "
+                    "plain torch.Tensor)."
+                )
+            _check_shape(name, g, e, letters[i], hints[i])
+    return items
+
+
+def _short(slot: str) -> str:
+    """``"the weights returned by f(...)"`` -> ``"weights"``."""
+    words = slot.split()
+    return words[1] if len(words) > 1 and words[0] == "the" else words[0]
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"a tensor of shape {tuple(value.shape)}"
+    if isinstance(value, Opaque):
+        return value.type
+    if isinstance(value, tuple | list):
+        return f"a {type(value).__name__} of {len(value)}"
+    return type(value).__name__ + ("" if value is None else f" ({value!r})")
+
+
+def _check_shape(name: str, got: torch.Tensor, want: torch.Tensor, letters: str, hints) -> None:
+    shape, expected = tuple(got.shape), tuple(want.shape)
+    if shape == expected:
+        return
+    hint = hints.get(shape, "")
+    if not hint and sorted(shape) == sorted(expected):
+        hint = "The sizes are right but in the wrong order: check your transposes."
+    raise GradingError(
+        f"{name} has the wrong shape: expected {letters + ' = ' if letters else ''}{expected}, "
+        f"got {shape}.{' ' + hint if hint else ''}"
+    )
+
+
+def _first_input_dtype(case: Case) -> torch.dtype | None:
+    for t in named_tensors(case.call.args, case.call.kwargs).values():
+        if t.is_floating_point():
+            return t.dtype
+    return None
+
+
+def _check_in_place(case: Case, obs: Observation) -> None:
+    for name, original in named_tensors(case.call.args, case.call.kwargs).items():
+        after = obs.after.get(name)
+        if after is not None and not _same(after, original):
+            label = case.inputs.get(name, name)
+            raise GradingError(case.messages.get("in_place", IN_PLACE).format(name=label))
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.shape == b.shape and a.dtype == b.dtype and bool(torch.equal(a, b.detach()))
+
+
+def tolerance(case: Case, want: torch.Tensor) -> tuple[float, float]:
+    """(atol, rtol): the case's, else 1e-6 and 1e-5 (float64) or 1e-5 and 1e-4 (lower)."""
+    low = want.dtype not in (torch.float64, torch.complex128)
+    atol = case.atol if case.atol is not None else (1e-5 if low else 1e-6)
+    rtol = case.rtol if case.rtol is not None else (1e-4 if low else 1e-5)
+    return atol, rtol
+
+
+def close(a: Any, b: Any, atol: float = 1e-6, rtol: float = 1e-5) -> bool:
+    """Whether ``a`` equals ``b`` to the tolerance: tensors of one shape compared in float64
+    (NaN never close, booleans and integers exactly), other values with ``==``."""
+    if isinstance(b, torch.Tensor):
+        if not isinstance(a, torch.Tensor) or a.shape != b.shape:
+            return False
+        if not b.is_floating_point():
+            return a.dtype == b.dtype and bool(torch.equal(a, b))
+        with torch.no_grad():
+            a64, b64 = a.detach().to(torch.float64), b.detach().to(torch.float64)
+            return bool(torch.allclose(a64, b64, rtol=rtol, atol=atol, equal_nan=False))
+    if isinstance(b, tuple):
+        return (
+            isinstance(a, tuple | list)
+            and len(a) == len(b)
+            and all(y is None or close(x, y, atol, rtol) for x, y in zip(a, b, strict=True))
+        )
+    return type(a) is type(b) and a == b
+
+
+def _check_values(case: Case, slots, obs: Observation, ask: Ask) -> None:
+    def slot_close(got: Any, want: Any) -> bool:
+        if want is None:
+            return True
+        if isinstance(want, torch.Tensor):
+            return close(got, want, *tolerance(case, want))
+        return close(got, want)
+
+    if all(slot_close(g, e) for _, g, e, _ in slots):
+        return
+    mistakes = _resolve(case.mistakes) or {}
+    got = [g for _, g, _, _ in slots]
+    for description, wrong in mistakes.items():
+        wrong_slots = list(wrong) if len(slots) > 1 else [wrong]
+        if all(slot_close(g, w) for g, w in zip(got, wrong_slots, strict=True)):
+            raise GradingError(description)
+    for probe in case.probes:
+        description = probe(obs, ask)
+        if description:
+            raise GradingError(description)
+    order = case.order or range(len(slots))
+    for i in order:
+        name, g, e, _ = slots[i]
+        if not slot_close(g, e):
+            raise GradingError(mismatch(name, g, e, *tolerance(case, e)))
+
+
+def mismatch(name: str, got: Any, want: Any, atol: float = 1e-6, rtol: float = 1e-5) -> str:
+    """The generic message: what differs, where, by how much (``torch.testing.assert_close``'s
+    account of it)."""
+    if not isinstance(want, torch.Tensor):
+        return f"{name} is {got!r}, expected {want!r}."
+    try:
+        torch.testing.assert_close(
+            got.to(torch.float64) if want.is_floating_point() else got,
+            want.to(torch.float64) if want.is_floating_point() else want,
+            atol=atol if want.is_floating_point() else 0,
+            rtol=rtol if want.is_floating_point() else 0,
+            check_dtype=False,
+            equal_nan=False,
+        )
+    except AssertionError as e:
+        details = [line.strip() for line in str(e).splitlines()[1:] if line.strip()]
+        nan = " It contains NaN." if want.is_floating_point() and bool(got.isnan().any()) else ""
+        return f"{name} does not match the reference. {' '.join(details)}{nan}"
+    return f"{name} does not match the reference."
+
+
+def _check_grads(case: Case, slots, obs: Observation) -> None:
+    facts = obs.info.get("tensors", {})
+    tracked = [path for _, _, e, path in slots if isinstance(e, torch.Tensor)]
+    if not any(facts.get(path, {}).get("requires_grad") for path in tracked):
+        slot = slots[0][0] if len(slots) == 1 else "the result"
+        raise GradingError(case.messages.get("no_grad", NO_GRAD).format(slot=slot))
+    for name, want in (_resolve(case.grads) or {}).items():
+        label = case.grad_names.get(name, case.inputs.get(name, name))
+        got = obs.grads.get(name)
+        if got is None:
+            raise GradingError(GRAD_MISSING.format(name=label))
+        atol, rtol = tolerance(case, want)
+        if close(got, want, atol, rtol):
+            continue
+        for description, wrong in case.grad_mistakes.get(name, {}).items():
+            if close(got, wrong, atol, rtol):
+                raise GradingError(f"the gradient of {label} is wrong: {description}")
+        raise GradingError(mismatch(f"the gradient of {label}", got, want, atol, rtol))
+
+
+# --- inputs --------------------------------------------------------------------------------------
+
+
+def randn(*shape: int, seed: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """Reproducible inputs from a private generator (the notebook's random state is untouched)."""
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
+
+
+def keep_first(lengths: Sequence[int], length: int, extra_axes: int = 2) -> torch.Tensor:
+    """A padding mask ``(B, 1, ..., 1, L)`` with ``extra_axes`` singleton axes (two by default,
+    broadcasting against scores ``(B, H, L_q, L_k)``): True at the first ``lengths[b]`` positions
+    of sequence b (may attend), False at the padding after them."""
+    keep = torch.arange(length)[None, :] < torch.tensor(list(lengths))[:, None]  # (B, L)
+    return keep.reshape(len(lengths), *([1] * extra_axes), length)
+
+
+# --- the reference side --------------------------------------------------------------------------
+
+
+def reference_mode():
+    """Run the reference the way the student's code runs: deterministic dropout (no forbidden
+    built-ins are trapped for it)."""
+    return student_mode("")
