@@ -102,6 +102,9 @@ class Call:
     attrs: tuple[str, ...] = ()
     scenario: str = "call"
     options: Mapping[str, Any] = field(default_factory=dict)
+    seed: int = 0
+    """torch's global generator is seeded with it for the call (module initialisation, any
+    randomness of the answer) and restored afterwards: the notebook's own stream is untouched."""
 
 
 @dataclass
@@ -237,9 +240,10 @@ class _ForbiddenCallError(Exception):
 
 
 @contextlib.contextmanager
-def student_mode(exercise: str) -> Iterator[list[str]]:
-    """Run student code with ``exercise``'s built-ins trapped and dropout deterministic; yields
-    the list of forbidden built-ins seen (empty when all is well)."""
+def student_mode(exercise: str, seed: int = 0) -> Iterator[list[str]]:
+    """Run student code with ``exercise``'s built-ins trapped, dropout deterministic and torch's
+    generator seeded with ``seed`` (restored afterwards); yields the list of forbidden built-ins
+    seen (empty when all is well)."""
     forbidden = FORBIDDEN.get(exercise, Forbidden())
     codes: dict[Any, str] = {}
     for obj, name in forbidden.python.items():
@@ -256,7 +260,8 @@ def student_mode(exercise: str) -> Iterator[list[str]]:
     previous = sys.getprofile()
     torch.set_num_threads(1)
     try:
-        with warnings.catch_warnings(), mode:
+        with warnings.catch_warnings(), torch.random.fork_rng(devices=[]), mode:
+            torch.manual_seed(seed)
             warnings.simplefilter("ignore")
             if codes:
                 sys.setprofile(profiler)
@@ -427,7 +432,7 @@ def _run_call(lookup: Callable[[str], Any], call: Call) -> Observation:
         if name in inputs:
             inputs[name].requires_grad_(True)
     phase = "construct"
-    with student_mode(call.exercise) as seen:
+    with student_mode(call.exercise, call.seed) as seen:
         try:
             fn = target
             if call.init is not None:

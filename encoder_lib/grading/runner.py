@@ -243,30 +243,115 @@ def _check_kind(exercise: Exercise, obs: Observation) -> None:
     raise GradingError(f"{exercise.target} should be {noun}, got {kind}: {exercise.wrong_kind}")
 
 
+@dataclass
+class Trial:
+    """One case being judged: what was asked, what was observed, and the slots of the value."""
+
+    case: Case
+    obs: Observation
+    ask: Ask
+    slots: list[tuple[str, Any, Any, str]] = field(default_factory=list)
+    """``(name, got, expected, path)`` per output slot."""
+
+
 def judge(case: Case, obs: Observation, ask: Ask) -> None:
-    facts = obs.info.get("module")
-    if facts is not None and (obs.failure is None or obs.failure.phase != "construct"):
-        _check_module(case, facts)
-    if obs.failure is not None:
-        raise failure_error(case, obs.failure)
-    if case.judge is not None:
-        case.judge(obs, ask)
+    """Run the generic steps (``STEPS``) in order; the first that objects raises."""
+    trial = Trial(case, obs, ask)
+    try:
+        for step in STEPS.values():
+            step(trial)
+    except _Done:
         return
-    expected = _resolve(case.expected)
-    slots = _slots(case, expected, obs.value, obs.info.get("tensors", {}))
-    _check_in_place(case, obs)
-    for name, got, want, _ in slots:
+
+
+def _step_module(t: Trial) -> None:
+    facts = t.obs.info.get("module")
+    if facts is not None and (t.obs.failure is None or t.obs.failure.phase != "construct"):
+        _check_module(t.case, facts)
+
+
+def _step_failure(t: Trial) -> None:
+    if t.obs.failure is not None:
+        raise failure_error(t.case, t.obs.failure)
+
+
+def _step_structure(t: Trial) -> None:
+    """The value's structure; a case with its own ``judge`` takes over from here."""
+    if t.case.judge is not None:
+        t.case.judge(t.obs, t.ask)
+        raise _Done
+    expected = _resolve(t.case.expected)
+    t.slots = _structure(t.case, expected, t.obs.value)
+
+
+def _step_plain(t: Trial) -> None:
+    facts = t.obs.info.get("tensors", {})
+    for name, _, want, path in t.slots:
+        if isinstance(want, torch.Tensor) and facts.get(path, {}).get("class"):
+            raise GradingError(
+                f"{name} should be a torch.Tensor, got {facts[path]['class']} (a Tensor subclass: "
+                "return a plain torch.Tensor)."
+            )
+
+
+def _step_shape(t: Trial) -> None:
+    letters = list(t.case.letters) + [""] * len(t.slots)
+    hints = list(t.case.shape_hints) + [{}] * len(t.slots)
+    for i, (name, got, want, _) in enumerate(t.slots):
+        if isinstance(want, torch.Tensor):
+            _check_shape(name, got, want, letters[i], hints[i])
+
+
+def _step_in_place(t: Trial) -> None:
+    for name, original in named_tensors(t.case.call.args, t.case.call.kwargs).items():
+        after = t.obs.after.get(name)
+        if after is not None and not _same(after, original):
+            label = t.case.inputs.get(name, name)
+            raise GradingError(t.case.messages.get("in_place", IN_PLACE).format(name=label))
+
+
+def _step_dtype(t: Trial) -> None:
+    for name, got, want, _ in t.slots:
         if isinstance(want, torch.Tensor) and got.dtype != want.dtype:
-            template = case.messages.get("dtype", WRONG_DTYPE)
-            original = _first_input_dtype(case) or want.dtype
+            template = t.case.messages.get("dtype", WRONG_DTYPE)
+            original = _first_input_dtype(t.case) or want.dtype
             raise GradingError(template.format(slot=name, got=got.dtype, expected=original))
-    _check_values(case, slots, obs, ask)
-    for rule in case.requires:
-        problem = rule(obs, ask)
+
+
+def _step_values(t: Trial) -> None:
+    _check_values(t.case, t.slots, t.obs, t.ask)
+
+
+def _step_requires(t: Trial) -> None:
+    for rule in t.case.requires:
+        problem = rule(t.obs, t.ask)
         if problem:
             raise GradingError(problem)
-    if case.call.upstream is not None and case.grads is not None:
-        _check_grads(case, slots, obs)
+
+
+def _step_grads(t: Trial) -> None:
+    if t.case.call.upstream is not None and t.case.grads is not None:
+        _check_grads(t.case, t.slots, t.obs)
+
+
+class _Done(Exception):  # noqa: N818 (control flow, never shown)
+    """A case's own ``judge`` has decided."""
+
+
+STEPS: dict[str, Callable[[Trial], None]] = {
+    "module": _step_module,
+    "failure": _step_failure,
+    "structure": _step_structure,
+    "plain tensor": _step_plain,
+    "shape": _step_shape,
+    "in place": _step_in_place,
+    "dtype": _step_dtype,
+    "values": _step_values,
+    "requires": _step_requires,
+    "gradients": _step_grads,
+}
+"""The generic checks, in the order they run. Each is tested by switching it off
+(tests/grading/test_runner.py): some answer of tests/variants must then be misjudged."""
 
 
 def failure_error(case: Case, failure: Failure) -> GradingError:
@@ -344,9 +429,9 @@ def _resolve(value: Any) -> Any:
     return value() if callable(value) else value
 
 
-def _slots(case: Case, expected: Any, got: Any, facts: Mapping[str, Any]):
-    """``[(name, got, expected, path)]`` per output after checking the structure, the tensor
-    class and the shapes."""
+def _structure(case: Case, expected: Any, got: Any) -> list[tuple[str, Any, Any, str]]:
+    """``[(name, got, expected, path)]`` per output, after checking that the value has the
+    expected structure (a tensor, a pair...)."""
     if isinstance(expected, tuple):
         n = len(expected)
         names = list(case.slots) or [f"output {i}" for i in range(n)]
@@ -361,19 +446,11 @@ def _slots(case: Case, expected: Any, got: Any, facts: Mapping[str, Any]):
         items = [(names[i], got[i], expected[i], f"[{i}]") for i in range(n)]
     else:
         items = [((case.slots or ["the result"])[0], got, expected, "")]
-    letters = list(case.letters) + [""] * len(items)
-    hints = list(case.shape_hints) + [{}] * len(items)
-    for i, (name, g, e, path) in enumerate(items):
-        if isinstance(e, torch.Tensor):
-            if not isinstance(g, torch.Tensor):
-                raise GradingError(f"{name} should be a torch.Tensor, got {_describe(g)}.")
-            cls = facts.get(path, {}).get("class")
-            if cls:
-                raise GradingError(
-                    f"{name} should be a torch.Tensor, got {cls} (a Tensor subclass: return a "
-                    "plain torch.Tensor)."
-                )
-            _check_shape(name, g, e, letters[i], hints[i])
+    for name, g, e, _ in items:
+        if isinstance(e, torch.Tensor) and not isinstance(g, torch.Tensor):
+            raise GradingError(f"{name} should be a torch.Tensor, got {_describe(g)}.")
+        if isinstance(e, int) and type(e) is not bool and type(g) is not int:
+            raise GradingError(f"{name} should be a Python int, got {_describe(g)}.")
     return items
 
 
@@ -411,14 +488,6 @@ def _first_input_dtype(case: Case) -> torch.dtype | None:
         if t.is_floating_point():
             return t.dtype
     return None
-
-
-def _check_in_place(case: Case, obs: Observation) -> None:
-    for name, original in named_tensors(case.call.args, case.call.kwargs).items():
-        after = obs.after.get(name)
-        if after is not None and not _same(after, original):
-            label = case.inputs.get(name, name)
-            raise GradingError(case.messages.get("in_place", IN_PLACE).format(name=label))
 
 
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
