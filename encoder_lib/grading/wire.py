@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, fields
 from typing import Any
 
+import safetensors
 import safetensors.torch
 import torch
 
@@ -92,7 +93,7 @@ class _Unpacker:
             data = json.loads(message)
             blob = base64.b64decode(data["tensors"], validate=True)
             self.tensors = safetensors.torch.load(blob) if blob else {}
-        except (ValueError, KeyError, TypeError) as e:
+        except (ValueError, KeyError, TypeError, safetensors.SafetensorError) as e:
             raise WireError(f"unreadable message: {e}") from None
         self.body = data.get("body")
         self.nodes = 0
