@@ -6,6 +6,7 @@ PyTorch's own modules, and every module converts both ways with ``from_torch``/`
 """
 
 from .attention import MultiHeadAttention, scaled_dot_product_attention
+from .decoder import DecoderLayer, TransformerDecoder
 from .embeddings import (
     LearnedPositionalEmbedding,
     SinusoidalPositionalEncoding,
@@ -30,6 +31,8 @@ __all__ = [
     "LearnedPositionalEmbedding",
     "EncoderLayer",
     "TransformerEncoder",
+    "DecoderLayer",
+    "TransformerDecoder",
     "padding_mask",
     "causal_mask",
     "tokenize",
