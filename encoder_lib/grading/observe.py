@@ -12,7 +12,8 @@ While the student's code runs, inside ``student_mode``:
   (``F.layer_norm`` inside a ``layer_norm`` answer...);
 - dropout is deterministic: ``F.dropout`` (hence ``nn.Dropout``) keeps or drops each element
   according to its value, not a random stream, so a check can compare where dropout sits with
-  the reference's, whatever order the answer draws its masks in;
+  the reference's, whatever order the answer draws its masks in (the dropout on attention
+  weights inside ``F.scaled_dot_product_attention`` too);
 - warnings are silenced and torch runs on one thread (the tensors are tiny).
 
 Two ways to observe, one code path: in the notebook the visible tests call ``observe`` directly;
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import linecache
+import math
 import os
 import sys
 import sysconfig
@@ -222,7 +224,35 @@ class _StudentMode(TorchFunctionMode):
         if func in _DROPOUT:
             x, p, training = _dropout_arguments(func, args, kwargs)
             return deterministic_dropout(x, p, training)
+        if func is F.scaled_dot_product_attention:
+            return _attention(func, args, kwargs)
         return func(*args, **kwargs)
+
+
+def _attention(func: Any, args: tuple, kwargs: dict) -> torch.Tensor:
+    """``F.scaled_dot_product_attention`` whose dropout on the attention weights is
+    ``deterministic_dropout`` (the fused kernel draws its own random mask, which nothing else
+    could reproduce); without dropout, the fused kernel itself."""
+    names = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
+    values = dict(zip(names, args, strict=False)) | kwargs
+    p = float(values.get("dropout_p", 0.0))
+    if p == 0.0 or values.get("enable_gqa"):
+        return func(*args, **kwargs)
+    q, k, v = values["query"], values["key"], values["value"]
+    scale = values.get("scale")
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    scores = q @ k.transpose(-2, -1) * scale  # (..., L_q, L_k)
+    mask = values.get("attn_mask")
+    if values.get("is_causal"):
+        mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril()
+    if mask is not None and mask.dtype == torch.bool:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    elif mask is not None:
+        scores = scores + mask
+    weights = torch.softmax(scores, dim=-1)
+    if mask is not None and mask.dtype == torch.bool:  # a fully masked row: zeros, as fused
+        weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
+    return deterministic_dropout(weights, p) @ v
 
 
 def _dropout_arguments(func: Any, args: tuple, kwargs: dict) -> tuple[torch.Tensor, float, bool]:
