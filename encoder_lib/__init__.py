@@ -18,6 +18,7 @@ from .feed_forward import FeedForward
 from .layer_norm import LayerNorm
 from .masks import causal_mask, padding_mask
 from .model import EncoderConfig, SentenceEncoder
+from .order_task import OrderTask, make_order_task, order_sentiment
 from .text import Vocabulary, load_corpus, tokenize
 
 __all__ = [
@@ -40,6 +41,9 @@ __all__ = [
     "load_corpus",
     "EncoderConfig",
     "SentenceEncoder",
+    "OrderTask",
+    "make_order_task",
+    "order_sentiment",
 ]
 
 __version__ = "0.1.0"
