@@ -135,7 +135,9 @@ def order_sentiment(sentence: str) -> int:
     if "although" in tokens:
         i = tokens.index("although")
         if i == 0:  # although A, B: B counts
-            comma = _find(tokens, ",", sentence)
+            if "," not in tokens:
+                raise ValueError(f"expected a comma after 'although ...' in {sentence!r}")
+            comma = tokens.index(",")
             _clause(tokens[1:comma], sentence)
             return _clause(tokens[comma + 1 :], sentence)
         if i < 2 or tokens[i - 1] != ",":  # A, although B: A counts
@@ -176,15 +178,17 @@ def _fresh_pair(kind: str, rng: random.Random, used: set[tuple[str, ...]]) -> Pa
 
 def _correction_pair(rng: random.Random) -> Pair:
     noun, good, bad = rng.choice(NOUNS), rng.choice(POSITIVE), rng.choice(NEGATIVE)
-    return (_sentence(f"the {noun} was {good}, not {bad}"), 1), (
-        _sentence(f"the {noun} was {bad}, not {good}"),
-        0,
-    )
+    positive = _sentence(f"the {noun} was {good}, not {bad}")
+    negative = _sentence(f"the {noun} was {bad}, not {good}")
+    return (positive, 1), (negative, 0)
 
 
 def _but_pair(rng: random.Random) -> Pair:
-    first, second = _opposite_clauses(rng)  # first positive, second negative
-    return (_sentence(f"{second} but {first}"), 1), (_sentence(f"{first} but {second}"), 0)
+    positive, negative = _opposite_clauses(rng)
+    return (_sentence(f"{negative} but {positive}"), 1), (
+        _sentence(f"{positive} but {negative}"),
+        0,
+    )
 
 
 def _moved_not_pair(rng: random.Random) -> Pair:
@@ -204,8 +208,8 @@ def _although_pair(rng: random.Random) -> Pair:
 
 
 def _opposite_clauses(rng: random.Random) -> tuple[str, str]:
-    """Two clauses about different nouns, the first positive, the second negative; each says
-    so with a plain adjective or with "not" and an adjective of the other sentiment."""
+    """Two clauses about different nouns, (positive, negative); each says so with a plain
+    adjective or with "not" and an adjective of the other sentiment."""
     noun_a, noun_b = rng.sample(NOUNS, 2)
     clauses = []
     for noun, positive in ((noun_a, True), (noun_b, False)):
@@ -225,12 +229,6 @@ _PAIR_MAKERS = {
 
 def _sentence(words: str) -> str:
     return words[0].upper() + words[1:] + "."
-
-
-def _find(tokens: list[str], token: str, sentence: str) -> int:
-    if token not in tokens:
-        raise ValueError(f"expected {token!r} in {sentence!r}")
-    return tokens.index(token)
 
 
 def _clause(tokens: list[str], sentence: str) -> int:
