@@ -1,520 +1,606 @@
-"""Checks for the feed_forward notebook: the position-wise feed-forward network (``FeedForward``),
-its parameter count (``count_parameters``) and the exact GELU (``gelu``).
+"""Notebook 04: the position-wise feed-forward network, as data for the runner.
 
-Mistakes the checks name:
+- ``check_feed_forward(FeedForward)``: exercise 1, ``linear2(dropout(activation(linear1(x))))``
+  with the given ``__init__`` (the student writes ``forward``), in eval and in train mode.
+- ``check_count_parameters(count_parameters)``: exercise 2, the FFN's parameter count as a
+  Python int, from the formula.
+- ``check_gelu(gelu)``: exercise 3, the exact GELU x·Φ(x).
 
-``check_feed_forward``
-    the activation missing (the network is then one affine map), the activation after linear2
-    (alone or as well), the activation on the input, ReLU used when ``activation="gelu"`` was
-    asked for (and GELU for ``"relu"``), GELU's tanh approximation, the residual connection added
-    inside the FFN, the layers in the wrong order (a shape error, explained), the hidden layer
-    returned (forgotten linear2) or another wrong shape, a changed dtype, the input modified in
-    place, dropout active in eval mode, dropout missing in train mode, kept units not rescaled by
-    1/(1 - p) or rescaled by the wrong factor (a hard-coded p, dropout twice), dropout on the
-    output or before the activation, wrong parameter names, gradients that do not flow.
-``check_count_parameters``
-    biases left out (both or one), the wrong bias size, one weight matrix counted, d_ff taken as
-    4·D instead of the argument, a non-int result, counting by building modules.
-``check_gelu``
-    the tanh and sigmoid approximations, erf without the 1/√2 (or with √2), the missing ½,
-    Φ(x) or x·φ(x) returned instead of x·Φ(x), ReLU, a changed dtype or shape, the input modified
-    in place, a broken gradient.
+The catalogue. FeedForward: no activation, the activation after linear2 (instead or as well) or
+on the input, ReLU for ``activation="gelu"`` and GELU for ``"relu"``, GELU's tanh approximation,
+the residual added inside the FFN; dropout still active in eval mode, missing in training, its
+kept units not rescaled or rescaled by the wrong factor (a hard-coded p, dropout twice), nothing
+dropped, dropout on linear2's output, on the input or before the activation; the layers in the
+wrong order, linear2 forgotten, only (B, L, D) inputs. Dropout is deterministic while the
+answer runs (``observe.deterministic_dropout``), so train-mode cases compare values with the
+reference; a mask drawn by hand (``torch.rand_like``) is read back through a linear2 that copies
+the hidden units out. count_parameters: biases left out or of the wrong size, one weight matrix,
+d_ff taken as 4·D, a non-int result, a module built to count. gelu: the tanh and sigmoid
+approximations, erf without the 1/√2 (or with √2), no ½, Φ(x), x·φ(x), x·erf(x/√2), ReLU.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from typing import Any
+from collections.abc import Callable, Iterator
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..encoder import EncoderLayer as _EncoderLayer
-from ..feed_forward import FeedForward as _ReferenceFeedForward
-from . import _core
-from ._core import ForbiddenCallError, GradingError
+import encoder_lib
+
+from . import observe
+from .feedback import ForbiddenCallError, GradingError
+from .observe import Call, Failure, Forbidden, Observation, deterministic_dropout
+from .runner import Ask, Case, Exercise, ModuleSpec, close, randn, reference_mode, register
 
 __all__ = ["check_feed_forward", "check_count_parameters", "check_gelu"]
 
-_FFN_FORBIDDEN_TORCH = {
-    torch._transformer_encoder_layer_fwd: "torch._transformer_encoder_layer_fwd",
-}
-_FFN_FORBIDDEN_PYTHON = (_ReferenceFeedForward, _EncoderLayer, nn.TransformerEncoderLayer)
-_COUNT_FORBIDDEN_PYTHON = (
-    _ReferenceFeedForward,
-    _EncoderLayer,
-    nn.TransformerEncoderLayer,
-    nn.Linear,
+observe.FORBIDDEN["feed_forward"] = Forbidden(
+    torch={torch._transformer_encoder_layer_fwd: "torch._transformer_encoder_layer_fwd"},
+    python={
+        encoder_lib.FeedForward: "encoder_lib.feed_forward.FeedForward",
+        encoder_lib.EncoderLayer: "encoder_lib.encoder.EncoderLayer",
+        nn.TransformerEncoderLayer: "nn.TransformerEncoderLayer",
+    },
 )
-_GELU_FORBIDDEN_TORCH = {
-    F.gelu: "F.gelu",
-    torch.ops.aten.gelu: "torch.ops.aten.gelu",
-    torch.ops.aten.gelu.default: "torch.ops.aten.gelu",
-}
-_GELU_FORBIDDEN_PYTHON = (nn.GELU,)
-_DTYPE = (
-    "{what} has dtype {got}, but the input was {expected}: keep the input's dtype (no "
-    ".float()/.double(), no new tensors made with torch.tensor(...))."
+observe.FORBIDDEN["count_parameters"] = Forbidden(
+    python={
+        nn.Linear: "nn.Linear",
+        encoder_lib.FeedForward: "encoder_lib.feed_forward.FeedForward",
+        encoder_lib.EncoderLayer: "encoder_lib.encoder.EncoderLayer",
+        nn.TransformerEncoderLayer: "nn.TransformerEncoderLayer",
+    }
+)
+observe.FORBIDDEN["gelu"] = Forbidden(
+    torch={
+        F.gelu: "F.gelu",
+        torch.ops.aten.gelu: "torch.ops.aten.gelu",
+        torch.ops.aten.gelu.default: "torch.ops.aten.gelu",
+    },
+    python={nn.GELU: "nn.GELU"},
 )
 
-
-# --- helpers -------------------------------------------------------------------------------------
-
-
-def _gelu_tanh(x: torch.Tensor) -> torch.Tensor:
-    return F.gelu(x, approximate="tanh")
+_ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {"relu": F.relu, "gelu": F.gelu}
 
 
-def _activation(name: str):
-    return {"relu": F.relu, "gelu": F.gelu}[name]
+# --- exercise 1: FeedForward ---------------------------------------------------------------------
+
+_EVAL_DROPOUT = (
+    "dropout is still active in eval mode. Use self.dropout (the nn.Dropout module, which "
+    "model.eval() switches off) or pass training=self.training to F.dropout; F.dropout's "
+    "training=True default drops units even in eval mode."
+)
+_EVAL_VARIES = (
+    "its eval-mode output changes from one call to the next: dropout is still active in eval "
+    "mode. Use self.dropout (the nn.Dropout module, which model.eval() switches off) or "
+    "F.dropout(..., training=self.training)."
+)
+_PLACE = "linear2(dropout(activation(linear1(x))))"
 
 
-def _is_shape_error(error: BaseException | None) -> bool:
-    if not _core._isinstance(error, RuntimeError):
-        return False
-    text = str(error)
-    return any(
-        words in text
-        for words in ("cannot be multiplied", "size of tensor", "size mismatch", "must match")
+def _missing(p: float) -> str:
+    return (
+        f"its train-mode output equals its eval-mode output: dropout is missing in training. "
+        f"With p = {p} about {p:.0%} of the hidden units should be zeroed in train mode. Apply "
+        "self.dropout to the activated hidden layer, just before linear2."
     )
 
 
-# --- FeedForward ---------------------------------------------------------------------------------
+def _not_rescaled(p: float) -> str:
+    return (
+        "the hidden units that dropout keeps are not rescaled. Inverted dropout multiplies them "
+        f"by 1 / (1 - p) = {1 / (1 - p):.4g} so that the expected output is the same in training "
+        "and evaluation: use self.dropout (nn.Dropout)."
+    )
 
 
-def _ffn_weights(d_model: int, d_ff: int, seed: int, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+def _wrong_scale(p: float, factor: float, why: str) -> str:
+    return (
+        f"{why}the hidden units that are kept are multiplied by {factor:.4g} instead of "
+        f"1 / (1 - p) = {1 / (1 - p):.4g}. Use self.dropout, whose p is the dropout argument, "
+        "once (not a hard-coded probability, not twice)."
+    )
+
+
+def _drops(p: float, fraction: float) -> str:
+    return (
+        f"it drops {fraction:.0%} of the hidden units, but dropout with p = {p} should drop "
+        f"about {p:.0%}. Use self.dropout."
+    )
+
+
+_NO_DROPS = (
+    "it drops 0% of the hidden units: it scales them all by 1 / (1 - p) but never zeroes any. "
+    "Use self.dropout, which zeroes each unit with probability p and rescales the others."
+)
+_KEEP = (
+    "it passes the keep probability 1 - p where dropout expects the probability p of zeroing a "
+    "unit: "
+)
+_ON_OUTPUT = (
+    "dropout acts on linear2's output (whole output features are zeroed). It belongs on the "
+    f"hidden units: {_PLACE}."
+)
+_ON_INPUT = (
+    f"dropout is applied to the input x: dropout belongs between the activation and linear2, "
+    f"{_PLACE}."
+)
+_BEFORE_ACTIVATION = f"dropout is applied before the activation; it belongs after it: {_PLACE}."
+_ELSEWHERE = (
+    "its train-mode output is not linear2 applied to the activated hidden units with some of "
+    f"them dropped: dropout belongs between the activation and linear2, {_PLACE}, and nowhere "
+    "else."
+)
+_OWN_MASK = (
+    "it drops hidden units with a mask of its own (drawn by hand with torch.rand..., or by "
+    "another dropout function). Use self.dropout (or "
+    "F.dropout(h, self.dropout.p, training=self.training)): while checking, dropout makes "
+    "reproducible decisions so that your module can be compared with the reference in train "
+    "mode, and a mask of your own cannot be."
+)
+
+
+def _weights(d_model: int, d_ff: int, seed: int) -> dict[str, torch.Tensor]:
     """Weights with biases large enough that a missing bias or activation shows."""
     return {
-        "linear1.weight": _core.randn(d_ff, d_model, seed=seed, dtype=dtype) / math.sqrt(d_model),
-        "linear1.bias": 0.5 * _core.randn(d_ff, seed=seed + 1, dtype=dtype),
-        "linear2.weight": _core.randn(d_model, d_ff, seed=seed + 2, dtype=dtype) / math.sqrt(d_ff),
-        "linear2.bias": 0.5 * _core.randn(d_model, seed=seed + 3, dtype=dtype),
+        "linear1.weight": randn(d_ff, d_model, seed=seed) / math.sqrt(d_model),
+        "linear1.bias": 0.5 * randn(d_ff, seed=seed + 1),
+        "linear2.weight": randn(d_model, d_ff, seed=seed + 2) / math.sqrt(d_ff),
+        "linear2.bias": 0.5 * randn(d_model, seed=seed + 3),
     }
 
 
-def _ffn_name(d_model: int, d_ff: int, p: float, activation: str) -> str:
-    return f"FeedForward({d_model}, {d_ff}, dropout={p}, activation={activation!r})"
+class _FFN:
+    """One configuration: FeedForward(D, d_ff, dropout=p, activation=act) with given weights."""
 
+    def __init__(self, d_ff: int, p: float, act: str, weights: dict[str, torch.Tensor]):
+        self.d_ff, self.p, self.act, self.w = d_ff, p, act, weights
 
-def _build_student(
-    FeedForward: Any,
-    d_model: int,
-    d_ff: int,
-    p: float,
-    activation: str,
-    weights: dict[str, torch.Tensor],
-    mode: str,
-) -> nn.Module:
-    """The student's module with ``weights`` loaded, in ``mode`` ("eval" or "train")."""
-    name = _ffn_name(d_model, d_ff, p, activation)
-    with _core.student_call(name, _FFN_FORBIDDEN_TORCH, _FFN_FORBIDDEN_PYTHON):
-        module = FeedForward(d_model, d_ff, dropout=p, activation=activation)
-        is_module = _core._isinstance(module, nn.Module)
-        names = sorted(n for n, _ in module.named_parameters()) if is_module else []
-    if not is_module:
-        raise GradingError(
-            f"{name} should build an nn.Module, got {_core._type(module).__qualname__}: keep the "
-            "given `class FeedForward(nn.Module)` and its __init__."
+    def call(self, x: torch.Tensor, train: bool, **extra) -> Call:
+        return Call(
+            "FeedForward",
+            "feed_forward",
+            (x,),
+            init=((x.shape[-1], self.d_ff), {"dropout": self.p, "activation": self.act}),
+            dtype=x.dtype,
+            state=self.w,
+            train=train,
+            inspect=True,
+            **extra,
         )
-    if names != sorted(weights):
-        raise GradingError(
-            f"{name} has the parameters {names}, but {sorted(weights)} were expected (the names "
-            "nn.TransformerEncoderLayer uses, so that its weights load into yours). Keep the "
-            "given __init__, which creates linear1, dropout and linear2."
-        )
-    dtype = weights["linear1.weight"].dtype
-    with _core.student_call(name, _FFN_FORBIDDEN_TORCH, _FFN_FORBIDDEN_PYTHON):
-        module.to(dtype)
-        module.load_state_dict({k: v.clone() for k, v in weights.items()})
-    with _core.student_call(f"FeedForward.{mode}", _FFN_FORBIDDEN_TORCH, _FFN_FORBIDDEN_PYTHON):
-        if mode == "eval":
-            module.eval()
-        else:
-            module.train()
-    return module
+
+    def name(self, d_model: int) -> str:
+        return f"FeedForward({d_model}, {self.d_ff}, dropout={self.p}, activation={self.act!r})"
+
+    def reference(self, x: torch.Tensor, train: bool) -> torch.Tensor:
+        with reference_mode():
+            ref = encoder_lib.FeedForward(x.shape[-1], self.d_ff, self.p, self.act).to(x.dtype)
+            ref.load_state_dict(self.w)
+            with torch.no_grad():
+                return ref.train(train)(x)
+
+    def lin1(self, t: torch.Tensor) -> torch.Tensor:
+        return F.linear(t, self.w["linear1.weight"], self.w["linear1.bias"])
+
+    def lin2(self, t: torch.Tensor) -> torch.Tensor:
+        return F.linear(t, self.w["linear2.weight"], self.w["linear2.bias"])
+
+    def mistakes(self, x: torch.Tensor, train: bool) -> dict[str, torch.Tensor]:
+        """Description -> the output of that mistake (dropout as the student's code gets it)."""
+        p, act, lin1, lin2 = self.p, _ACTIVATIONS[self.act], self.lin1, self.lin2
+
+        def drop(t: torch.Tensor, q: float = p) -> torch.Tensor:
+            return deterministic_dropout(t, q)
+
+        with torch.no_grad():
+            h = act(lin1(x))
+            if train:
+                return self._train_mistakes(x, h, drop)
+            m = {
+                "the activation is missing. Without it linear2(linear1(x)) collapses into a "
+                "single affine map of x (see 'Why the non-linearity matters'): apply "
+                "self.activation between linear1 and linear2.": lin2(lin1(x)),
+                "the activation is applied after linear2 instead of between linear1 and "
+                "linear2 (the FFN's output must be free to take any sign).": act(lin2(lin1(x))),
+                "the activation is applied after linear2 as well: only the hidden layer "
+                "(between linear1 and linear2) gets one.": act(lin2(h)),
+                "the activation is applied to the input x before linear1; it belongs between "
+                "linear1 and linear2.": lin2(lin1(act(x))),
+                "you added the input x to the output. That is the residual connection, which the "
+                "encoder layer adds around the FFN (notebook 5); the FFN itself returns only "
+                "linear2(...).": x + lin2(h),
+            }
+            if self.act == "gelu":
+                m[
+                    "you used GELU's tanh approximation (approximate='tanh'); self.activation "
+                    "is F.gelu, the exact GELU x·Φ(x)."
+                ] = lin2(F.gelu(lin1(x), approximate="tanh"))
+                wrong, other = "ReLU", lin2(F.relu(lin1(x)))
+            else:
+                wrong, other = "GELU", lin2(F.gelu(lin1(x)))
+            m[
+                f"you used {wrong} although activation={self.act!r} was requested: call "
+                "self.activation, which the given __init__ sets from the activation argument."
+            ] = other
+            if p > 0:
+                m[_EVAL_DROPOUT] = lin2(drop(h))
+            return m
+
+    def _train_mistakes(self, x, h, drop) -> dict[str, torch.Tensor]:
+        p, act, lin1, lin2 = self.p, _ACTIVATIONS[self.act], self.lin1, self.lin2
+        m = {
+            _missing(p): lin2(h),
+            _not_rescaled(p): lin2(drop(h) * (1 - p)),
+            _NO_DROPS: lin2(h / (1 - p)),
+            _wrong_scale(p, 1 / (1 - p) ** 2, "it applies dropout twice: "): lin2(drop(drop(h))),
+            _wrong_scale(p, 1 / p, _KEEP): lin2(drop(h, 1 - p)),
+        }
+        for q in (0.1, 0.5, 0.2):
+            if q != p:
+                why = f"it drops with a fixed p = {q} instead of the dropout argument: "
+                m[_wrong_scale(p, 1 / (1 - q), why)] = lin2(drop(h, q))
+        m[_ON_OUTPUT] = drop(lin2(h))
+        m[_ON_INPUT] = lin2(act(lin1(drop(x))))
+        m[_BEFORE_ACTIVATION] = lin2(act(drop(lin1(x))))
+        return m
 
 
-def _forward(module: nn.Module, x: torch.Tensor, d_model: int, d_ff: int) -> Any:
-    before = x.detach().clone()
-    try:
-        with _core.student_call("FeedForward.forward", _FFN_FORBIDDEN_TORCH, _FFN_FORBIDDEN_PYTHON):
-            y = module(x)
-    except GradingError as e:
-        if _is_shape_error(e.__cause__):
-            raise GradingError(
-                f"FeedForward.forward raised a shape error ({e.__cause__}). The input has "
-                f"D = {d_model} features, so it must go through linear1 (D -> d_ff = {d_ff}) "
-                f"first and linear2 (d_ff -> D) last: check the order of your layers."
-            ) from e.__cause__
-        if e.__cause__ is not None and not _core._isinstance(e.__cause__, NotImplementedError):
-            hint = " forward must accept any leading dimensions, (..., D)." if x.dim() != 3 else ""
-            raise GradingError(
-                f"{e} (on an input of shape {tuple(x.shape)}).{hint}"
-            ) from e.__cause__
-        raise
-    if not torch.equal(x.detach(), before):
-        raise GradingError(
-            "FeedForward.forward changed its input x in place (an in-place operation such as "
-            "x.relu_() or x += ...): the encoder layer still needs x for its residual connection."
-        )
-    return y
+def _varies(ffn: _FFN, x: torch.Tensor) -> Callable[[Observation, Ask], str | None]:
+    """Eval mode: the same call with another seed gives another output (a random mask)."""
+
+    def probe(obs: Observation, ask: Ask) -> str | None:
+        again = ask(ffn.call(x, train=False, seed=1))
+        if again.failure is None and not close(again.value, obs.value, 0.0, 0.0):
+            return _EVAL_VARIES
+        return None
+
+    return probe
 
 
-def _expect_output(y: Any, x: torch.Tensor, what: str, d_ff: int) -> torch.Tensor:
-    _core.expect_tensor(y, what)
-    shape = tuple(x.shape)
-    if tuple(y.shape) != shape:
-        hint = ""
-        if tuple(y.shape[:-1]) == shape[:-1] and y.shape[-1] == d_ff:
-            hint = (
-                f" Its last size is the hidden width d_ff = {d_ff}: the hidden layer must go "
-                "through linear2 back to D."
-            )
-        raise GradingError(
-            f"{what} has the wrong shape: expected the input's shape {shape} ((..., D) with "
-            f"D = {shape[-1]}), got {tuple(y.shape)}.{hint}"
-        )
-    _core.expect_dtype(y, x.dtype, what, _DTYPE)
-    return y
+def _zeroed_output(obs: Observation, ask: Ask) -> str | None:
+    """Train mode: exact zeros in the output (biases make them otherwise impossible)."""
+    if float((obs.value == 0).double().mean()) >= 0.2:
+        return _ON_OUTPUT
+    return None
 
 
-def _ffn_mistakes(
-    x: torch.Tensor, w: dict[str, torch.Tensor], activation: str
-) -> dict[str, torch.Tensor]:
-    def lin1(t):
-        return F.linear(t, w["linear1.weight"], w["linear1.bias"])
-
-    def lin2(t):
-        return F.linear(t, w["linear2.weight"], w["linear2.bias"])
-
-    act = _activation(activation)
-    mistakes = {
-        "the activation is missing. Without it linear2(linear1(x)) collapses into a single "
-        "affine map of x (see 'Why the non-linearity matters'): apply self.activation between "
-        "linear1 and linear2.": lin2(lin1(x)),
-        "the activation is applied after linear2 instead of between linear1 and linear2 (the "
-        "FFN's output must be free to take any sign).": act(lin2(lin1(x))),
-        "the activation is applied after linear2 as well: only the hidden layer (between "
-        "linear1 and linear2) gets one.": act(lin2(act(lin1(x)))),
-        "the activation is applied to the input x before linear1; it belongs between linear1 "
-        "and linear2.": lin2(lin1(act(x))),
-        "you added the input x to the output. That is the residual connection, which the "
-        "encoder layer adds around the FFN (notebook 5); the FFN itself returns only "
-        "linear2(...).": x + lin2(act(lin1(x))),
-    }
-    if activation == "gelu":
-        wrong, right = "ReLU", "gelu"
-        tanh = lin2(_gelu_tanh(lin1(x)))
-        mistakes[
-            "you used GELU's tanh approximation (approximate='tanh'); self.activation is "
-            "F.gelu, the exact GELU x·Φ(x)."
-        ] = tanh
-        other = lin2(F.relu(lin1(x)))
-    else:
-        wrong, right = "GELU", "relu"
-        other = lin2(F.gelu(lin1(x)))
-    mistakes[
-        f"you used {wrong} although activation={right!r} was requested: call self.activation, "
-        "which the given __init__ sets from the activation argument."
-    ] = other
-    return mistakes
-
-
-def _check_eval(FeedForward: Any, shape: tuple[int, ...], d_ff: int, p: float, act: str, seed: int):
-    d_model = shape[-1]
-    weights = _ffn_weights(d_model, d_ff, seed, torch.float64)
-    reference = _ReferenceFeedForward(d_model, d_ff, p, act).double().eval()
-    reference.load_state_dict(weights)
-    x = _core.randn(*shape, seed=seed + 10)
+def _read_back(p: float, act: str) -> Callable[[Observation, Ask], str | None]:
+    """Train mode, for masks no catalogue entry replays: build the module with a linear2 that
+    copies the d_ff hidden units into the first d_ff outputs (weight [I; 0], no bias), read what
+    linear2 received and compare it with the activated hidden units, unit by unit."""
+    d_model, d_ff = 8, 6
+    weights = _weights(d_model, d_ff, seed=700)
+    weights["linear2.weight"] = torch.eye(d_model, d_ff, dtype=torch.float64)
+    weights["linear2.bias"] = torch.zeros(d_model, dtype=torch.float64)
+    ffn = _FFN(d_ff, p, act, weights)
+    x = randn(6, 5, d_model, seed=710)
+    call = ffn.call(x, train=True)
+    activation = _ACTIVATIONS[act]
     with torch.no_grad():
-        expected = reference(x)
-    mistakes = _ffn_mistakes(x, weights, act)
+        pre = ffn.lin1(x)
+        hidden = activation(pre)
 
-    module = _build_student(FeedForward, d_model, d_ff, p, act, weights, "eval")
-    what = f"The output of {_ffn_name(d_model, d_ff, p, act)} in eval mode"
-    with torch.no_grad():
-        first = _expect_output(_forward(module, x, d_model, d_ff), x, what, d_ff)
-        second = _expect_output(_forward(module, x, d_model, d_ff), x, what, d_ff)
-    if p > 0 and not torch.equal(first, second) and not bool(first.isnan().any()):
-        raise GradingError(
-            f"{what} changes from one call to the next: dropout is still active in eval mode. "
-            "Use self.dropout (the nn.Dropout module, which model.eval() switches off) or pass "
-            "training=self.training to F.dropout; F.dropout's training=True default drops units "
-            "even in eval mode."
-        )
-    _core.expect_close(first, expected, what, mistakes)
-
-
-def _check_train(
-    FeedForward: Any, shape: tuple[int, ...], d_ff: int, p: float, act: str, seed: int
-):
-    """In train mode, read the hidden units back through linear2 (d_ff < D, so linear2's weight
-    has a left inverse) and check that each is either dropped or scaled by 1 / (1 - p)."""
-    d_model = shape[-1]
-    assert d_ff < d_model
-    weights = _ffn_weights(d_model, d_ff, seed, torch.float64)
-    x = _core.randn(*shape, seed=seed + 10)
-    pre = F.linear(x, weights["linear1.weight"], weights["linear1.bias"])
-    hidden = _activation(act)(pre)
-    eval_output = F.linear(hidden, weights["linear2.weight"], weights["linear2.bias"])
-    left_inverse = torch.linalg.pinv(weights["linear2.weight"])  # (d_ff, D)
-
-    module = _build_student(FeedForward, d_model, d_ff, p, act, weights, "train")
-    what = f"The output of {_ffn_name(d_model, d_ff, p, act)} in train mode"
-    with torch.no_grad():
-        y = _expect_output(_forward(module, x, d_model, d_ff), x, what, d_ff)
-        y = y.detach()
-        if _core._close(y, eval_output, atol=1e-9, rtol=1e-9):
-            raise GradingError(
-                f"{what} equals its eval-mode output: dropout is missing in training. With "
-                f"p = {p} about {p:.0%} of the hidden units should be zeroed in train mode. Apply "
-                "self.dropout to the activated hidden layer, just before linear2."
-            )
-        z = (y - weights["linear2.bias"]) @ left_inverse.T  # the hidden units linear2 received
-        if not _core._close(
-            F.linear(z, weights["linear2.weight"], weights["linear2.bias"]), y, 1e-8
-        ):
-            _dropout_elsewhere(y, what)
+    def probe(obs: Observation, ask: Ask) -> str | None:
+        back = ask(call)
+        out = back.value
+        if back.failure is not None or not isinstance(out, torch.Tensor) or out.shape != x.shape:
+            return None
+        if bool(out[..., d_ff:].abs().gt(1e-12).any()):
+            return _ELSEWHERE
         informative = hidden.abs() > 1e-3
-        h, zi = hidden[informative], z[informative]
-        dropped = zi.abs() < 1e-7
-        ratio = zi[~dropped] / h[~dropped]
+        h, z = hidden[informative], out[..., :d_ff][informative]
+        dropped = z.abs() < 1e-9
+        ratio = z[~dropped] / h[~dropped]
         scale = 1 / (1 - p)
         if act != "relu" and bool(dropped.any()):
-            # dropout before the activation: kept units are act(scale * pre), dropped ones act(0)
-            before = _activation(act)(scale * pre)[informative]
-            if _core._close(zi[~dropped], before[~dropped], 1e-7) and not _core._close(
-                ratio, ratio * 0 + scale
-            ):
-                raise GradingError(
-                    f"{what} is wrong: dropout is applied before the activation; it belongs "
-                    "after it: linear2(dropout(activation(linear1(x))))."
-                )
-        if ratio.numel() == 0 or not _core._close(ratio, ratio.mean().expand_as(ratio), 1e-6):
-            _dropout_elsewhere(y, what)
-        factor = float(ratio.mean())
+            before = activation(scale * pre)[informative][~dropped]
+            if close(z[~dropped], before, 1e-7) and not close(ratio, ratio * 0 + scale):
+                return _BEFORE_ACTIVATION
+        if ratio.numel() == 0 or not close(ratio, ratio.mean().expand_as(ratio), 1e-6):
+            return _ELSEWHERE
+        factor, fraction = float(ratio.mean()), float(dropped.double().mean())
         if abs(factor - 1) < 1e-6:
-            raise GradingError(
-                f"{what} is wrong: the hidden units that dropout keeps are not rescaled. Inverted "
-                f"dropout multiplies them by 1 / (1 - p) = {scale:.4g} so that the expected "
-                "output is the same in training and evaluation: use self.dropout (nn.Dropout)."
-            )
+            return _missing(p) if fraction == 0 else _not_rescaled(p)
         if abs(factor - scale) > 1e-6 * scale:
-            raise GradingError(
-                f"{what} is wrong: the hidden units that are kept are multiplied by "
-                f"{factor:.4g} instead of 1 / (1 - p) = {scale:.4g}. Use self.dropout, whose p "
-                "is the dropout argument, once (not a hard-coded probability, not twice)."
-            )
-        fraction = float(dropped.double().mean())
-        if not (0.4 * p <= fraction <= min(1.0, 1.6 * p)):
-            raise GradingError(
-                f"{what} is wrong: it drops {fraction:.0%} of the hidden units, but dropout with "
-                f"p = {p} should drop about {p:.0%}. Use self.dropout."
-            )
+            return _wrong_scale(p, factor, "")
+        if not 0.4 * p <= fraction <= min(1.0, 1.6 * p):
+            return _drops(p, fraction)
+        return _OWN_MASK
+
+    return probe
 
 
-def _dropout_elsewhere(y: torch.Tensor, what: str) -> None:
-    if float((y == 0).double().mean()) >= 0.2:
-        raise GradingError(
-            f"{what} is wrong: whole output features are zero, so dropout acts on linear2's "
-            "output. It belongs on the hidden units: linear2(dropout(activation(linear1(x))))."
-        )
-    raise GradingError(
-        f"{what} is not linear2 applied to the activated hidden units with some of them dropped: "
-        "dropout belongs between the activation and linear2, "
-        "linear2(dropout(activation(linear1(x)))), and nowhere else."
+def _hint(d_model: int, d_ff: int, rank: int) -> Callable[[Failure], str | None]:
+    def hint(failure: Failure) -> str | None:
+        shape_words = ("cannot be multiplied", "size of tensor", "size mismatch", "must match")
+        if failure.error == "RuntimeError" and any(w in failure.message for w in shape_words):
+            return (
+                f"The input has D = {d_model} features, so it must go through linear1 (D -> "
+                f"d_ff = {d_ff}) first and linear2 (d_ff -> D) last: check the order of your "
+                "layers."
+            )
+        if rank != 3 and failure.phase == "call":
+            return (
+                f"This input has {rank} dimension(s): forward must accept any leading "
+                "dimensions, (..., D)."
+            )
+        return None
+
+    return hint
+
+
+def _spec(name: str) -> ModuleSpec:
+    return ModuleSpec(
+        parameters=("linear1.weight", "linear1.bias", "linear2.weight", "linear2.bias"),
+        names_message=(
+            f"{name} has the parameters {{got}}, but {{expected}} were expected (the names "
+            "nn.TransformerEncoderLayer uses, so that its weights load into yours). Keep the "
+            "given __init__, which creates linear1, dropout and linear2."
+        ),
+        not_module_message=(
+            "{call} should build an nn.Module: keep the given `class FeedForward(nn.Module)` and "
+            "its __init__."
+        ),
     )
 
 
-def _check_gradients(FeedForward: Any, seed: int) -> None:
-    d_model, d_ff, act = 5, 9, "gelu"
-    weights = _ffn_weights(d_model, d_ff, seed, torch.float64)
-    reference = _ReferenceFeedForward(d_model, d_ff, 0.1, act).double().eval()
-    reference.load_state_dict(weights)
-    x = _core.randn(2, 3, d_model, seed=seed + 10).requires_grad_(True)
-    g = _core.randn(2, 3, d_model, seed=seed + 11)
-    (reference(x) * g).sum().backward()
-    expected = {"x": x.grad.clone(), **{n: q.grad for n, q in reference.named_parameters()}}
-    x.grad = None
-
-    module = _build_student(FeedForward, d_model, d_ff, 0.1, act, weights, "eval")
-    y = _expect_output(_forward(module, x, d_model, d_ff), x, "FeedForward's output", d_ff)
-    hint = (
-        "make sure forward uses only differentiable tensor operations (no .detach(), .data, "
-        ".item(), numpy or torch.no_grad())."
-    )
-    if not y.requires_grad:
-        raise GradingError(f"FeedForward's output does not require grad, so nothing trains: {hint}")
-    with _core.student_call("FeedForward's backward pass"):
-        (y * g).sum().backward()
-        actual = {"x": x.grad, **{n: q.grad for n, q in module.named_parameters()}}
-    for name, grad in expected.items():
-        got = actual.get(name)
-        if got is None or not _core._close(got, grad):
-            raise GradingError(
-                f"The gradient with respect to {name} does not match the reference: {hint}"
+def _ffn_case(
+    shape: tuple[int, ...],
+    d_ff: int,
+    p: float,
+    act: str,
+    seed: int,
+    train: bool,
+    backward: bool = False,
+) -> Case:
+    d_model = shape[-1]
+    ffn = _FFN(d_ff, p, act, _weights(d_model, d_ff, seed))
+    x = randn(*shape, seed=seed + 10)
+    name = ffn.name(d_model)
+    what = f"{name}(x) in {'train' if train else 'eval'} mode, x of shape {shape}"
+    probes = (_zeroed_output, _read_back(p, act)) if train else (_varies(ffn, x),)
+    case = Case(
+        ffn.call(x, train),
+        what,
+        expected=lambda: ffn.reference(x, train),
+        mistakes=lambda: ffn.mistakes(x, train),
+        probes=probes,
+        slots=("its output",),
+        letters=("the shape of x",),
+        shape_hints=(
+            {
+                (*shape[:-1], d_ff): (
+                    f"Its last size is the hidden width d_ff = {d_ff}: the hidden layer must go "
+                    "through linear2 back to D."
+                )
+            },
+        ),
+        module=_spec(name),
+        inputs={"args[0]": "x"},
+        failure_hint=_hint(d_model, d_ff, len(shape)),
+        messages={
+            "in_place": (
+                "it changed its input x in place (an in-place operation such as x.relu_() or "
+                "x += ...): the encoder layer still needs x for its residual connection. "
+                "Compute a new tensor instead."
             )
+        },
+    )
+    if backward:
+        upstream = randn(*shape, seed=seed + 11)
+        with reference_mode():
+            ref = encoder_lib.FeedForward(d_model, d_ff, p, act).double().train(train)
+            ref.load_state_dict(ffn.w)
+            leaf = x.clone().requires_grad_()
+            (ref(leaf) * upstream).sum().backward()
+        grads = {f"parameters.{n}": q.grad for n, q in ref.named_parameters()}
+        grads["args[0]"] = leaf.grad
+        case.call = ffn.call(x, train, grad=("args[0]", "parameters"), upstream=(upstream,))
+        case.what += ", backpropagating"
+        case.grads = grads
+        case.grad_names = {"args[0]": "x"} | {f"parameters.{n}": n for n in ffn.w}
+    return case
 
 
-@_core.guarded
-def check_feed_forward(FeedForward: Any, thorough: bool = False) -> None:
-    """``FeedForward(d_model, d_ff, dropout, activation)`` computes
-    ``linear2(dropout(activation(linear1(x))))``: in eval mode it matches encoder_lib's (ReLU and
-    GELU), in train mode each hidden unit is either dropped or scaled by 1 / (1 - p)."""
-    with _core.seeded(0):  # the student's dropout masks; the notebook's RNG is untouched
-        _check_eval(FeedForward, (2, 5, 6), 20, 0.5, "relu", seed=400)
-        _check_eval(FeedForward, (3, 4, 8), 12, 0.1, "gelu", seed=410)
-        _check_train(FeedForward, (4, 5, 8), 6, 0.5, "relu", seed=420)
-        if thorough:
-            _check_eval(FeedForward, (7, 6), 10, 0.1, "relu", seed=430)  # no batch dimension
-            _check_eval(FeedForward, (2, 3, 4, 5), 7, 0.2, "gelu", seed=440)  # two batch dims
-            _check_eval(FeedForward, (1, 1, 3), 8, 0.0, "relu", seed=450)  # B = L = 1
-            _check_eval(FeedForward, (2, 9, 16), 64, 0.3, "gelu", seed=460)  # d_ff = 4 D
-            _check_train(FeedForward, (4, 6, 10), 7, 0.2, "gelu", seed=470)
-            _check_train(FeedForward, (3, 5, 12), 9, 0.75, "relu", seed=480)
-            _check_gradients(FeedForward, seed=490)
+def _ffn_cases(thorough: bool) -> Iterator[Case]:
+    yield _ffn_case((2, 5, 6), 20, 0.5, "relu", seed=400, train=False)
+    yield _ffn_case((3, 4, 8), 12, 0.1, "gelu", seed=410, train=False)
+    yield _ffn_case((4, 5, 8), 6, 0.4, "relu", seed=420, train=True)
+    yield _ffn_case((3, 4, 8), 12, 0.3, "gelu", seed=425, train=True)
+    if not thorough:
+        return
+    yield _ffn_case((7, 6), 10, 0.1, "relu", seed=430, train=False)  # no batch dimension
+    yield _ffn_case((2, 3, 4, 5), 7, 0.2, "gelu", seed=440, train=False)  # two batch dimensions
+    yield _ffn_case((1, 1, 3), 8, 0.0, "relu", seed=450, train=False)  # B = L = 1, no dropout
+    yield _ffn_case((2, 9, 16), 64, 0.3, "gelu", seed=460, train=False)  # d_ff = 4 D
+    yield _ffn_case((4, 6, 10), 7, 0.2, "gelu", seed=470, train=True)
+    yield _ffn_case((3, 5, 12), 9, 0.75, "relu", seed=480, train=True)
+    yield _ffn_case((5, 7), 11, 0.4, "gelu", seed=485, train=True)  # no batch dimension
+    yield _ffn_case((2, 3, 5), 9, 0.1, "gelu", seed=490, train=False, backward=True)
+    yield _ffn_case((2, 3, 6), 10, 0.3, "relu", seed=495, train=True, backward=True)
 
 
-# --- count_parameters ----------------------------------------------------------------------------
+check_feed_forward = register(
+    Exercise(
+        "feed_forward",
+        "Exercise 1 · FeedForward",
+        "FeedForward",
+        "test_feed_forward",
+        "class",
+        "keep the given `class FeedForward(nn.Module):` and its __init__, and write forward.",
+        _ffn_cases,
+    )
+)
+
+
+# --- exercise 2: count_parameters ----------------------------------------------------------------
 
 
 def _reference_count(d_model: int, d_ff: int) -> int:
-    """Counted on a real module (on the meta device: no memory is used, whatever the size)."""
+    """Counted on a real module (on the meta device: no memory used, whatever the size)."""
     with torch.device("meta"):
-        module = _ReferenceFeedForward(d_model, d_ff)
+        module = encoder_lib.FeedForward(d_model, d_ff)
     return sum(q.numel() for q in module.parameters())
 
 
-def _count_mistakes(D: int, d_ff: int) -> dict[int, str]:
+def _count_mistakes(D: int, d_ff: int, expected: int) -> dict[str, int]:
     mistakes = {
-        2 * D * d_ff: "you left out the biases (linear1 has d_ff of them, linear2 has D).",
-        2 * D * d_ff + d_ff: "you left out linear2's bias (D numbers, one per output feature).",
-        2 * D * d_ff + D: "you left out linear1's bias (d_ff numbers, one per hidden unit).",
-        2 * D * d_ff + 2 * d_ff: "linear2's bias has D entries (its output size), not d_ff.",
-        2 * D * d_ff + 2 * D: "linear1's bias has d_ff entries (its output size), not D.",
-        D * d_ff + d_ff + D: "you counted only one weight matrix: linear1's is d_ff x D and "
-        "linear2's is D x d_ff.",
-        D * d_ff: "you counted only one weight matrix and no biases.",
+        "you left out the biases (linear1 has d_ff of them, linear2 has D).": 2 * D * d_ff,
+        "you left out linear2's bias (D numbers, one per output feature).": 2 * D * d_ff + d_ff,
+        "you left out linear1's bias (d_ff numbers, one per hidden unit).": 2 * D * d_ff + D,
+        "linear2's bias has D entries (its output size), not d_ff.": 2 * D * d_ff + 2 * d_ff,
+        "linear1's bias has d_ff entries (its output size), not D.": 2 * D * d_ff + 2 * D,
+        "you counted only one weight matrix: linear1's is d_ff x D and linear2's is D x d_ff.": D
+        * d_ff
+        + d_ff
+        + D,
+        "you counted only one weight matrix and no biases.": D * d_ff,
     }
     if d_ff != 4 * D:
-        mistakes.setdefault(
-            8 * D * D + 5 * D,
-            "you assumed d_ff = 4·D: use the d_ff argument (4·D is only the usual choice).",
+        mistakes[
+            "you assumed d_ff = 4·D: use the d_ff argument (4·D is only the usual choice)."
+        ] = 8 * D * D + 5 * D
+    return {
+        f"it returned {value}, expected {expected}: {why}": value
+        for why, value in mistakes.items()
+        if value != expected
+    }
+
+
+def _count_case(d_model: int, d_ff: int) -> Case:
+    expected = _reference_count(d_model, d_ff)
+    what = f"count_parameters({d_model}, {d_ff})"
+
+    def unexplained(obs: Observation, ask: Ask) -> str:
+        return (
+            f"it returned {obs.value}, expected {expected}. Count linear1 (a d_ff x D weight and "
+            "d_ff biases) and linear2 (a D x d_ff weight and D biases)."
         )
-    right = 2 * D * d_ff + d_ff + D
-    return {value: why for value, why in mistakes.items() if value != right}
+
+    return Case(
+        Call("count_parameters", "count_parameters", (d_model, d_ff)),
+        what,
+        expected=expected,
+        mistakes=lambda: _count_mistakes(d_model, d_ff, expected),
+        probes=(unexplained,),
+        slots=("it",),
+    )
 
 
-@_core.guarded
-def check_count_parameters(count_parameters: Any, thorough: bool = False) -> None:
-    """``count_parameters(d_model, d_ff)`` equals the number of parameters of a real FFN."""
+def _count_cases(thorough: bool) -> Iterator[Case]:
     sizes = [(6, 20), (512, 2048), (3, 12)]
     if thorough:
         sizes += [(1, 1), (7, 5), (768, 3072), (1024, 4096), (100, 37), (12288, 49152)]
     for d_model, d_ff in sizes:
-        expected = _reference_count(d_model, d_ff)
-        what = f"count_parameters({d_model}, {d_ff})"
-        try:
-            with _core.student_call(what, None, _COUNT_FORBIDDEN_PYTHON):
-                got = count_parameters(d_model, d_ff)
-        except ForbiddenCallError as e:
-            built = re.search(r" calls (\S+), which", str(e))
-            raise ForbiddenCallError(
-                f"{what} builds a module ({built[1] if built else 'a built-in'}) to count its "
-                "parameters, which earns no points: this exercise asks for the formula. Count "
-                "the entries of each weight matrix and bias from d_model and d_ff."
-            ) from None
-        if _core._type(got) is not int:
-            raise GradingError(
-                f"{what} should return a Python int, got {_core._type(got).__qualname__} "
-                f"({got!r}). Use integer arithmetic (*, +, //) and no tensors."
-            )
-        if got != expected:
-            why = _count_mistakes(d_model, d_ff).get(got)
-            if why:
-                raise GradingError(f"{what} returned {got}, expected {expected}: {why}")
-            raise GradingError(
-                f"{what} returned {got}, expected {expected}. Count linear1 (a d_ff x D weight "
-                "and d_ff biases) and linear2 (a D x d_ff weight and D biases)."
-            )
+        yield _count_case(d_model, d_ff)
 
 
-# --- gelu ----------------------------------------------------------------------------------------
+def _count_rewrite(error: GradingError, case: Case, passed: list[Case]) -> GradingError:
+    """The count builds no module and is a plain int: say so in this exercise's terms."""
+    if isinstance(error, ForbiddenCallError):
+        built = re.search(r" calls (.+?), which already", error.problem)
+        return ForbiddenCallError(
+            f"it builds a module ({built[1] if built else 'a built-in'}) to count its "
+            "parameters, which earns no points: this exercise asks for the formula. Count the "
+            "entries of each weight matrix and bias from d_model and d_ff."
+        )
+    if " should be a Python int, got " in error.problem:
+        return GradingError(
+            error.problem.replace(" should be ", " should return ", 1).rstrip(".")
+            + ". Use integer arithmetic (*, +, //) and no tensors or floats."
+        )
+    return error
+
+
+check_count_parameters = register(
+    Exercise(
+        "count_parameters",
+        "Exercise 2 · count_parameters",
+        "count_parameters",
+        "test_count_parameters",
+        "function",
+        "keep the given `def count_parameters(d_model, d_ff):`",
+        _count_cases,
+        rewrite=_count_rewrite,
+    )
+)
+
+
+# --- exercise 3: gelu ----------------------------------------------------------------------------
+
+_PHI = "Φ(x) = ½·(1 + erf(x/√2))"
 
 
 def _gelu_mistakes(x: torch.Tensor) -> dict[str, torch.Tensor]:
     erf, root2 = torch.erf, math.sqrt(2.0)
-    phi = "Φ(x) = ½·(1 + erf(x/√2))"
     density = torch.exp(-x * x / 2) / math.sqrt(2 * math.pi)
     return {
         "this is GELU's tanh approximation 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))). The "
-        f"exercise asks for the exact GELU x·Φ(x), written with the error function: {phi}.": (
-            _gelu_tanh(x)
+        f"exercise asks for the exact GELU x·Φ(x), written with the error function: {_PHI}.": (
+            F.gelu(x, approximate="tanh")
         ),
         "this is the sigmoid approximation x·sigmoid(1.702·x). The exercise asks for the exact "
-        f"GELU x·Φ(x) with {phi}.": x * torch.sigmoid(1.702 * x),
-        f"erf must be evaluated at x/√2: {phi}.": 0.5 * x * (1 + erf(x)),
-        f"erf must be evaluated at x/√2 (you multiplied by √2 instead of dividing): {phi}.": (
+        f"GELU x·Φ(x) with {_PHI}.": x * torch.sigmoid(1.702 * x),
+        f"erf must be evaluated at x/√2: {_PHI}.": 0.5 * x * (1 + erf(x)),
+        f"erf must be evaluated at x/√2 (you multiplied by √2 instead of dividing): {_PHI}.": (
             0.5 * x * (1 + erf(x * root2))
         ),
-        f"the factor ½ is missing: {phi}.": x * (1 + erf(x / root2)),
+        f"the factor ½ is missing: {_PHI}.": x * (1 + erf(x / root2)),
         "you returned Φ(x), the Gaussian CDF, instead of x·Φ(x).": 0.5 * (1 + erf(x / root2)),
         "you used the Gaussian density φ(x) = exp(-x²/2)/√(2π) where the cumulative "
         "distribution Φ(x) belongs.": x * density,
-        f"erf(x/√2) equals 2·Φ(x) - 1, not Φ(x): {phi}.": x * erf(x / root2),
+        f"erf(x/√2) equals 2·Φ(x) - 1, not Φ(x): {_PHI}.": x * erf(x / root2),
         "this is ReLU. GELU is x·Φ(x): smooth, and slightly negative for negative x.": F.relu(x),
     }
 
 
-def _call_gelu(gelu: Any, x: torch.Tensor, what: str) -> torch.Tensor:
-    before = x.detach().clone()
-    with _core.student_call("gelu", _GELU_FORBIDDEN_TORCH, _GELU_FORBIDDEN_PYTHON):
-        y = gelu(x)
-    _core.expect_tensor(y, what)
-    if not torch.equal(x.detach(), before):
-        raise GradingError("gelu changed its input in place: return a new tensor instead.")
-    _core.expect_shape(y, tuple(x.shape), what)
-    _core.expect_dtype(y, x.dtype, what, _DTYPE)
-    return y
+def _gelu_case(x: torch.Tensor, what: str, atol: float = 1e-7, backward: bool = False) -> Case:
+    case = Case(
+        Call("gelu", "gelu", (x,)),
+        what,
+        expected=lambda: F.gelu(x),
+        mistakes=lambda: _gelu_mistakes(x),
+        slots=("gelu(x)",),
+        letters=("the shape of x",),
+        inputs={"args[0]": "x"},
+        atol=atol,
+        rtol=1e-6,
+    )
+    if backward:
+        leaf = x.clone().requires_grad_()
+        F.gelu(leaf).sum().backward()
+        case.call = Call("gelu", "gelu", (x,), grad=("args[0]",), upstream=(torch.ones_like(x),))
+        case.what += ", backpropagating"
+        case.grads = {"args[0]": leaf.grad}
+        case.grad_names = {"args[0]": "x"}
+    return case
 
 
-def _check_gelu_values(gelu: Any, x: torch.Tensor, what: str, atol: float = 1e-7) -> None:
-    expected = F.gelu(x)
-    mistakes = _gelu_mistakes(x)
-    y = _call_gelu(gelu, x, what)
-    _core.expect_close(y, expected, what, mistakes, atol=atol, rtol=1e-6)
-
-
-@_core.guarded
-def check_gelu(gelu: Any, thorough: bool = False) -> None:
-    """``gelu(x)`` is the exact GELU x·Φ(x), as ``F.gelu``'s default, elementwise."""
+def _gelu_cases(thorough: bool) -> Iterator[Case]:
     grid = torch.linspace(-5, 5, 201, dtype=torch.float64)
-    _check_gelu_values(gelu, grid, "gelu(x) for x from -5 to 5")
-    _check_gelu_values(gelu, 2 * _core.randn(3, 4, 5, seed=500), "gelu(x) for x of shape (3, 4, 5)")
+    yield _gelu_case(grid, "gelu(x) for x from -5 to 5")
+    yield _gelu_case(2 * randn(3, 4, 5, seed=500), "gelu(x) for x of shape (3, 4, 5)")
     if not thorough:
         return
-    _check_gelu_values(
-        gelu, 3 * _core.randn(1000, seed=510, dtype=torch.float32), "gelu(x) in float32", 1e-6
-    )
+    x32 = 3 * randn(1000, seed=510, dtype=torch.float32)
+    yield _gelu_case(x32, "gelu(x) for x of shape (1000,) in float32", atol=1e-6)
     big = torch.tensor([-40.0, -12.0, -8.0, 0.0, 8.0, 12.0, 40.0], dtype=torch.float64)
-    _check_gelu_values(gelu, big, "gelu(x) for large |x|")
-    _check_gelu_values(gelu, torch.tensor(0.5, dtype=torch.float64), "gelu of a 0-d tensor")
-    x = _core.randn(50, seed=520).requires_grad_(True)
-    y = _call_gelu(gelu, x, "gelu(x)")
-    if not y.requires_grad:
-        raise GradingError(
-            "gelu's output does not require grad, so a network using it could not train: "
-            "use differentiable torch operations (torch.erf...), no .detach(), .item(), "
-            "math.erf on numbers or numpy."
-        )
-    with _core.student_call("gelu's backward pass"):
-        (grad,) = torch.autograd.grad(y.sum(), x)
-    cdf = 0.5 * (1 + torch.erf(x.detach() / math.sqrt(2.0)))
-    density = torch.exp(-(x.detach() ** 2) / 2) / math.sqrt(2 * math.pi)
-    if not _core._close(grad, cdf + x.detach() * density):
-        raise GradingError(
-            "The gradient of your gelu does not match Φ(x) + x·φ(x): use differentiable "
-            "torch operations (torch.erf...), no .detach(), .item() or numpy."
-        )
+    yield _gelu_case(big, "gelu(x) for large |x|")
+    yield _gelu_case(torch.tensor(0.5, dtype=torch.float64), "gelu of a 0-d tensor")
+    yield _gelu_case(randn(50, seed=520), "gelu(x) for x of shape (50,)", backward=True)
+
+
+check_gelu = register(
+    Exercise(
+        "gelu",
+        "Exercise 3 · gelu",
+        "gelu",
+        "test_gelu",
+        "function",
+        "keep the given `def gelu(x):`",
+        _gelu_cases,
+    )
+)

@@ -1,6 +1,6 @@
 """The checks of notebook 04 (the feed-forward network): what is particular to them (how the
-notebook and its checks fit together, forbidden built-ins, tensor subclasses, tampering,
-the behaviour the notebook promises). Every answer of tests/variants, buggy, correct or
+notebook and its checks fit together, forbidden built-ins, tensor subclasses, dropout in train
+mode, the behaviour the notebook promises). Every answer of tests/variants, buggy, correct or
 stub, is graded in test_catalogue.py.
 """
 
@@ -9,10 +9,10 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from notebook_namespace import Check, SolutionNotebook, expect_exported, stub
+from notebook_namespace import Check, SolutionNotebook, expect_exported, returning_subclass, stub
 
 from encoder_lib import grading
-from encoder_lib.grading import ForbiddenCallError, GradingError
+from encoder_lib.grading import ForbiddenCallError, GradingError, runner
 
 # test cell -> (answer cell, the name the answer defines, its check)
 CHECKS = {
@@ -26,9 +26,19 @@ POINTS = {"test_feed_forward": 4, "test_count_parameters": 2, "test_gelu": 2}
 NOTEBOOK = SolutionNotebook("04_feed_forward", CHECKS)
 BUGGY, CORRECT = NOTEBOOK.buggy, NOTEBOOK.correct
 ANSWERS = NOTEBOOK.answers
+GIVEN_INIT = NOTEBOOK.source("answer_feed_forward").split("    def forward")[0]
 
 
-# --- the notebook and the variants fit together -------------------------------------------------
+def with_forward(body: str) -> str:
+    """The given FeedForward class with ``body`` (indented by 8) as forward's body."""
+    return GIVEN_INIT + "    def forward(self, x):\n" + body
+
+
+def failure(test_cell: str, answer: str, source: str) -> GradingError:
+    return NOTEBOOK.failure(test_cell, NOTEBOOK.namespace({answer: source}))
+
+
+# --- the notebook and the checks fit together ----------------------------------------------------
 
 
 def test_notebook_has_the_cells_and_points_the_checks_expect():
@@ -41,19 +51,18 @@ def test_notebook_has_the_cells_and_points_the_checks_expect():
         assert f"grading.{check.__name__}({name})" in source
         assert f"grading.{check.__name__}({name}, thorough=True)" in source
         assert "### BEGIN HIDDEN TESTS" in source
-    for variant in BUGGY + CORRECT:
-        assert variant.cell in ANSWERS, variant.name
-        assert set(variant.fails) <= set(CHECKS), variant.name
-        assert not variant.fails or variant.says, variant.name
+
+
+def test_exercises_are_registered_under_the_test_cells():
+    for test_cell, (_, name, check) in CHECKS.items():
+        exercise = runner.EXERCISES[test_cell]
+        assert exercise.target == name and check.__name__ == f"check_{exercise.name}"
 
 
 def test_checks_are_exported_by_grading():
     expect_exported(
         grading.feed_forward, {"check_feed_forward", "check_count_parameters", "check_gelu"}
     )
-
-
-# --- the untouched student version ---------------------------------------------------------------
 
 
 def test_release_keeps_the_given_init():
@@ -66,19 +75,19 @@ def test_release_keeps_the_given_init():
     assert module.activation is F.gelu
 
 
+def test_visible_cases_try_train_mode_for_both_activations():
+    """Where dropout sits shows only in train mode, and dropout before the activation only with
+    GELU: the visible tests try both, so the student sees it before submitting."""
+    calls = [case.call for case in runner.EXERCISES["test_feed_forward"].cases(False)]
+    trained = {call.init[1]["activation"] for call in calls if call.train}
+    assert trained == {"relu", "gelu"}
+
+
 # --- forbidden built-ins, subclasses, global state -----------------------------------------------
 
-_FFN_CALLING_THE_FAST_PATH = """\
-class FeedForward(nn.Module):
-    def __init__(self, d_model, d_ff, dropout=0.1, activation="relu"):
-        super().__init__()
-        self.linear1 = nn.Linear(d_model, d_ff)
-        self.dropout = nn.Dropout(dropout)
-        self.linear2 = nn.Linear(d_ff, d_model)
-        self.activation = F.relu if activation == "relu" else F.gelu
-
-    def forward(self, x):
-        D, d_ff = self.linear1.in_features, self.linear1.out_features
+_FFN_CALLING_THE_FAST_PATH = with_forward(
+    """\
+        D = self.linear1.in_features
         eye, zeros = torch.eye(D, dtype=x.dtype), torch.zeros(D, dtype=x.dtype)
         return torch._transformer_encoder_layer_fwd(
             x, D, 2, torch.cat([eye, eye, eye]), torch.cat([zeros, zeros, zeros]), eye, zeros,
@@ -87,18 +96,23 @@ class FeedForward(nn.Module):
             None, None,
         )
 """
-
-_FFN_SUBCLASSING_THE_REFERENCE = """\
-class FeedForward(encoder_lib.FeedForward):
-    pass
+)
+_FFN_SUBCLASSING_THE_REFERENCE = "class FeedForward(encoder_lib.FeedForward):\n    pass\n"
+_FFN_WRAPPING_TORCH = with_forward(
+    """\
+        layer = nn.TransformerEncoderLayer(self.linear1.in_features, 1, batch_first=True)
+        return layer(x)
 """
+)
 
 FORBIDDEN = {
     "torch._transformer_encoder_layer_fwd": ("answer_feed_forward", _FFN_CALLING_THE_FAST_PATH),
     "encoder_lib.feed_forward.FeedForward": ("answer_feed_forward", _FFN_SUBCLASSING_THE_REFERENCE),
+    "nn.TransformerEncoderLayer": ("answer_feed_forward", _FFN_WRAPPING_TORCH),
     "F.gelu": ("answer_gelu", "def gelu(x):\n    return F.gelu(x)\n"),
     "torch.ops.aten.gelu": ("answer_gelu", "def gelu(x):\n    return torch.ops.aten.gelu(x)\n"),
-    "Linear": (
+    "nn.GELU": ("answer_gelu", "def gelu(x):\n    return nn.GELU()(x)\n"),
+    "nn.Linear": (
         "answer_count_parameters",
         "def count_parameters(d_model, d_ff):\n"
         "    return sum(p.numel() for p in nn.Linear(d_model, d_ff).parameters()) * 2\n",
@@ -110,25 +124,30 @@ FORBIDDEN = {
 def test_forbidden_builtin_is_refused_with_the_reason(builtin):
     answer, source = FORBIDDEN[builtin]
     test_cell = next(t for t, (a, *_) in CHECKS.items() if a == answer)
+    namespace = NOTEBOOK.namespace({answer: source})
     with pytest.raises(ForbiddenCallError) as caught:
-        NOTEBOOK.autograde(test_cell, NOTEBOOK.namespace({answer: source}), hidden=False)
+        NOTEBOOK.run(test_cell, namespace, thorough=False)
     message = str(caught.value)
     assert builtin in message
-    assert "already does what this exercise asks" in message or "asks for the formula" in message, (
-        message
-    )
+    if answer == "answer_count_parameters":
+        assert "builds a module" in message and "asks for the formula" in message, message
+    else:
+        assert "already does what this exercise asks you to write" in message, message
 
 
-def test_tensor_subclass_output_is_rejected():
-    source = """\
-class Liar(torch.Tensor):
-    pass
+def test_the_ffn_may_use_f_gelu_but_gelu_may_not():
+    """F.gelu is forbidden in exercise 3 only: FeedForward's self.activation is F.gelu."""
+    assert grading.check_feed_forward(NOTEBOOK.namespace()["FeedForward"]) is None
+    with pytest.raises(ForbiddenCallError, match=r"F\.gelu"):
+        grading.check_gelu(F.gelu)
 
-def gelu(x):
-    return (0.5 * x * (1 + torch.erf(x / math.sqrt(2)))).as_subclass(Liar)
-"""
+
+@pytest.mark.parametrize("test_cell", ["test_feed_forward", "test_gelu"])
+def test_tensor_subclass_output_is_rejected(test_cell):
+    answer = CHECKS[test_cell].answer
+    namespace = NOTEBOOK.namespace({answer: returning_subclass(NOTEBOOK.source(answer))})
     with pytest.raises(GradingError, match="Tensor subclass"):
-        NOTEBOOK.autograde("test_gelu", NOTEBOOK.namespace({"answer_gelu": source}), hidden=False)
+        NOTEBOOK.run(test_cell, namespace, thorough=False)
 
 
 def test_checks_leave_the_global_random_state_and_threads_alone():
@@ -143,16 +162,102 @@ def test_checks_leave_the_global_random_state_and_threads_alone():
     assert torch.get_num_threads() == threads
 
 
+# --- dropout in train mode -----------------------------------------------------------------------
+
+
 def test_scaling_without_dropping_is_rejected():
-    """Kept units scaled by 1 / (1 - p) but none dropped: the train-mode check counts drops."""
-    given_init = NOTEBOOK.source("answer_feed_forward").split("    def forward")[0]
-    never_drops = given_init + (
-        "    def forward(self, x):\n"
+    """Kept units scaled by 1 / (1 - p) but none dropped."""
+    never_drops = with_forward(
         "        h = self.activation(self.linear1(x))\n"
         "        if self.training:\n"
         "            h = h / (1 - self.dropout.p)\n"
         "        return self.linear2(h)\n"
     )
-    namespace = NOTEBOOK.namespace({"answer_feed_forward": never_drops})
-    message = str(NOTEBOOK.failure("test_feed_forward", namespace))
+    message = str(failure("test_feed_forward", "answer_feed_forward", never_drops))
     assert "drops 0% of the hidden units" in message, message
+
+
+def test_a_mask_of_its_own_is_told_to_use_self_dropout():
+    """Inverted dropout drawn by hand is right on average, but only self.dropout or F.dropout
+    make the reproducible decisions the train-mode comparison needs: the answer is told so
+    (the hidden units read back are dropped and rescaled as dropout does)."""
+    own_mask = with_forward(
+        "        h = self.activation(self.linear1(x))\n"
+        "        if self.training:\n"
+        "            p = self.dropout.p\n"
+        "            h = h * (torch.rand_like(h) >= p) / (1 - p)\n"
+        "        return self.linear2(h)\n"
+    )
+    message = str(failure("test_feed_forward", "answer_feed_forward", own_mask))
+    assert "mask of its own" in message and "self.dropout" in message, message
+
+
+def test_hand_drawn_mask_too_sparse_is_measured():
+    """A hand-drawn mask at the right place and scale that drops far too much is named by the
+    fraction it drops."""
+    sparse = with_forward(
+        "        h = self.activation(self.linear1(x))\n"
+        "        if self.training:\n"
+        "            p = self.dropout.p\n"
+        "            keep = torch.rand_like(h) >= p\n"
+        "            keep[..., ::2] = False\n"
+        "            h = h * keep / (1 - p)\n"
+        "        return self.linear2(h)\n"
+    )
+    message = str(failure("test_feed_forward", "answer_feed_forward", sparse))
+    assert "of the hidden units, but dropout with p = " in message, message
+
+
+def test_hand_drawn_mask_before_gelu_is_named():
+    """The read-back probe itself (the ReLU case, where the order does not matter, would stop
+    the check first with the mask-of-its-own message)."""
+    from encoder_lib.grading import feed_forward as ff
+
+    before = with_forward(
+        "        z = self.linear1(x)\n"
+        "        if self.training:\n"
+        "            p = self.dropout.p\n"
+        "            z = z * (torch.rand_like(z) >= p) / (1 - p)\n"
+        "        return self.linear2(self.activation(z))\n"
+    )
+    ask = runner.local(NOTEBOOK.namespace({"answer_feed_forward": before}))
+    assert ff._read_back(0.3, "gelu")(None, ask) == ff._BEFORE_ACTIVATION
+    assert ff._read_back(0.3, "relu")(None, ask) == ff._OWN_MASK
+
+
+@pytest.mark.parametrize("p", [0.1, 0.3, 0.4, 0.75])
+def test_every_dropout_mistake_differs_from_the_reference(p):
+    """No entry of the train-mode catalogue coincides with the right output (where it could, as
+    for dropout before ReLU, the answer is right and the reference comes first)."""
+    from encoder_lib.grading import feed_forward as ff
+
+    weights = ff._weights(8, 12, seed=1)
+    x = runner.randn(3, 4, 8, seed=2)
+    for act in ("relu", "gelu"):
+        ffn = ff._FFN(12, p, act, weights)
+        right = ffn.reference(x, train=True)
+        for description, wrong in ffn.mistakes(x, train=True).items():
+            same = runner.close(wrong, right)
+            assert same == (act == "relu" and "before the activation" in description), description
+
+
+# --- count_parameters and gelu -------------------------------------------------------------------
+
+
+def test_count_parameters_never_builds_a_module_for_huge_sizes():
+    """The reference count is taken on the meta device: D = 12288 costs no memory."""
+    assert grading.check_count_parameters(NOTEBOOK.namespace()["count_parameters"], True) is None
+
+
+def test_count_parameters_explains_an_unknown_count():
+    source = "def count_parameters(d_model, d_ff):\n    return d_model + d_ff\n"
+    message = str(failure("test_count_parameters", "answer_count_parameters", source))
+    assert "it returned 26, expected 266" in message and "Count linear1" in message, message
+
+
+def test_gelu_accepts_any_shape_and_float32():
+    namespace = NOTEBOOK.namespace()
+    cases = list(runner.EXERCISES["test_gelu"].cases(True))
+    assert {case.call.args[0].dim() for case in cases} >= {0, 1, 3}
+    assert torch.float32 in {case.call.args[0].dtype for case in cases}
+    assert grading.check_gelu(namespace["gelu"], thorough=True) is None

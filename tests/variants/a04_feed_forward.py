@@ -149,6 +149,47 @@ BUGGY = [
         "instead of 1 / (1 - p)",
     ),
     _bad_ffn(
+        "dropout_keep_probability",
+        """
+        h = self.activation(self.linear1(x))
+        return self.linear2(F.dropout(h, 1 - self.dropout.p, self.training))
+        """,
+        "keep probability 1 - p",
+    ),
+    _bad_ffn(
+        "hand_mask_divides_by_p",
+        """
+        h = self.activation(self.linear1(x))
+        if self.training:
+            p = self.dropout.p
+            h = h * (torch.rand_like(h) >= p) / p
+        return self.linear2(h)
+        """,
+        "instead of 1 / (1 - p)",
+    ),
+    _bad_ffn(
+        "hand_mask_in_eval_too",
+        """
+        h = self.activation(self.linear1(x))
+        p = self.dropout.p
+        return self.linear2(h * (torch.rand_like(h) >= p) / (1 - p))
+        """,
+        "still active in eval mode",
+    ),
+    _bad_ffn(
+        # right values in both modes, but no gradient reaches linear1 (or x) while training:
+        # only a gradient case in train mode sees it
+        "dropout_under_no_grad",
+        """
+        h = self.activation(self.linear1(x))
+        if self.training:
+            with torch.no_grad():
+                h = self.dropout(h)
+        return self.linear2(h)
+        """,
+        "linear1.weight.grad is None",
+    ),
+    _bad_ffn(
         "dropout_on_output",
         "return self.dropout(self.linear2(self.activation(self.linear1(x))))",
         "dropout acts on linear2's output",
@@ -420,6 +461,39 @@ CORRECT = [
             if self.activation is F.relu:
                 return self.linear2(F.relu(self.dropout(h)))
             return self.linear2(self.dropout(self.activation(h)))
+            """
+        ),
+    ),
+    Variant(
+        "ffn_torch_dropout",
+        FFN,
+        _ffn(
+            """
+            h = self.activation(self.linear1(x))
+            return self.linear2(torch.dropout(h, self.dropout.p, self.training))
+            """
+        ),
+    ),
+    Variant(
+        "ffn_dropout_keywords",
+        FFN,
+        _ffn(
+            """
+            h = self.activation(self.linear1(x))
+            h = F.dropout(training=self.training, p=self.dropout.p, input=h)
+            return self.linear2(h)
+            """
+        ),
+    ),
+    Variant(
+        "ffn_einsum",
+        FFN,
+        _ffn(
+            """
+            w1, b1 = self.linear1.weight, self.linear1.bias  # (d_ff, D), (d_ff,)
+            w2, b2 = self.linear2.weight, self.linear2.bias  # (D, d_ff), (D,)
+            h = self.dropout(self.activation(torch.einsum("...d,fd->...f", x, w1) + b1))
+            return torch.einsum("...f,df->...d", h, w2) + b2
             """
         ),
     ),
