@@ -1,42 +1,41 @@
-"""Checks for notebook 01, self-attention: ``attention_scores``, ``masked_softmax``,
-``causal_mask`` and ``scaled_dot_product_attention``.
+"""Notebook 01: self-attention, as data for the runner.
 
-The mistakes the checks name (each one has a BUGGY answer in tests/variants/a01_self_attention.py):
+- ``check_attention_scores(attention_scores)``: Q K^T / sqrt(d_k), shape ``(..., L_q, L_k)``, for
+  any number of leading batch axes.
+- ``check_masked_softmax(masked_softmax)``: softmax over the keys, masked keys (mask False) at
+  exactly 0, a fully masked query row all zeros (no NaN), large scores without overflow.
+- ``check_causal_mask(causal_mask)``: a boolean ``(L, L)`` tensor, True on and below the diagonal.
+- ``check_scaled_dot_product_attention(scaled_dot_product_attention)``: the pair
+  ``(output (..., L_q, d_v), weights (..., L_q, L_k))``.
 
-- scores: not scaled; divided by d_k (or twice by sqrt(d_k)); multiplied by sqrt(d_k); divided by
-  the square root of a length (L_k, L_q) instead of d_k; right on one sequence but wrong with batch
-  axes in front (``key.T``, ``key.transpose(0, 1)``, ``torch.mm``); axes counted from the front
-  (``key.transpose(1, 2)`` fails on a single sequence);
-- weights: softmax over the query axis (dim=-2) or the batch axis (dim=0); rows that do not sum to
-  1; mask polarity reversed; mask applied after the softmax; boolean mask added to the scores;
-  masked scores set to 0; mask ignored; a fully masked row that gives NaN (softmax of all -inf) or
-  uniform weights (a finite fill such as -1e9) instead of zeros; exp overflowing on large scores
-  (no max subtraction); the input scores changed in place; the scores returned as weights;
-- attention: output equal to the weights (V forgotten); not a pair, or the pair in the wrong order;
-- causal mask: not boolean (0/1, or an additive 0/-inf float mask); True in the upper triangle;
-  polarity reversed; diagonal excluded; nothing masked.
-
-Every check also rejects Tensor subclasses, wrong shapes (expected vs got), a dtype that does not
-follow the inputs and answers that break autograd (the last two with ``thorough=True``), and
-answers that call the built-ins doing the exercise's work (``ForbiddenCallError``). Like every
-check, they are ``_core.guarded``: they refuse to grade (``TamperingError``) while a torch mode is
-left active, when torch's comparisons were rebound before grading was imported, or when torch or
-encoder_lib was rebound, and they run with one torch thread (tiny tensors, busy machines).
+The catalogue (each mistake has a BUGGY answer in tests/variants/a01_self_attention.py): scores
+not scaled, divided by d_k, multiplied by sqrt(d_k), divided by the square root of a length;
+an answer right on a single sequence but wrong with batch axes in front (``key.T``,
+``key.transpose(0, 1)``, ``torch.mm``) or that counts axes from the front; the softmax over the
+query or the batch axis; the mask reversed, applied after the softmax, added to the scores,
+multiplied in, ignored; a fully masked row giving NaN or uniform weights; exp overflowing; rows
+that do not sum to 1; the scores returned as weights; the output equal to the weights (V
+forgotten) or the pair swapped; a causal mask in the upper triangle, reversed, without its
+diagonal, all True, 0/1 floats or additive 0/-inf floats. ``F.scaled_dot_product_attention``,
+``F.multi_head_attention_forward`` (hence ``nn.MultiheadAttention``) and encoder_lib's attention
+(and, for the causal mask, ``encoder_lib.causal_mask``) are forbidden.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterator
 
 import torch
 import torch.nn.functional as F
 
 import encoder_lib
 
-from . import _core
-from ._core import ForbiddenCallError, GradingError, TamperingError
+from . import observe, runner
+from .feedback import GradingError
+from .observe import Call, Failure, Forbidden, Observation
+from .runner import Ask, Case, Exercise, close, keep_first, randn, register
 
 __all__ = [
     "check_attention_scores",
@@ -45,14 +44,28 @@ __all__ = [
     "check_scaled_dot_product_attention",
 ]
 
-_NEG_INF = float("-inf")
 
-_FORBIDDEN_TORCH = {
-    F.scaled_dot_product_attention: "F.scaled_dot_product_attention",
-    F.multi_head_attention_forward: "F.multi_head_attention_forward (nn.MultiheadAttention)",
-}
-_FORBIDDEN_PYTHON = (encoder_lib.scaled_dot_product_attention, encoder_lib.MultiHeadAttention)
-_FORBIDDEN_MASK = (*_FORBIDDEN_PYTHON, encoder_lib.causal_mask)
+def _name(obj) -> str:
+    return f"{obj.__module__}.{obj.__qualname__}"
+
+
+_ATTENTION = Forbidden(
+    torch={
+        F.scaled_dot_product_attention: "F.scaled_dot_product_attention",
+        F.multi_head_attention_forward: "F.multi_head_attention_forward (nn.MultiheadAttention)",
+    },
+    python={
+        encoder_lib.scaled_dot_product_attention: _name(encoder_lib.scaled_dot_product_attention),
+        encoder_lib.MultiHeadAttention: _name(encoder_lib.MultiHeadAttention),
+    },
+)
+for _exercise in ("attention_scores", "masked_softmax", "scaled_dot_product_attention"):
+    observe.FORBIDDEN[_exercise] = _ATTENTION
+observe.FORBIDDEN["causal_mask"] = Forbidden(
+    _ATTENTION.torch, {**_ATTENTION.python, encoder_lib.causal_mask: _name(encoder_lib.causal_mask)}
+)
+
+_NEG_INF = float("-inf")
 
 # --- the mistakes, in the student's terms --------------------------------------------------------
 
@@ -125,11 +138,6 @@ NOT_SUM_TO_1 = (
     "each query's weights must sum to 1 over the keys (the last axis), but row {index} sums to "
     "{total:.4g}."
 )
-IN_PLACE = (
-    "{name} changed its input {arg} in place (a method ending in _, such as masked_fill_, or an "
-    "assignment into it). The caller still needs its tensor: work on a new tensor instead "
-    "(masked_fill without the underscore, torch.where)."
-)
 SCORES_AS_WEIGHTS = "the weights are the scaled scores, before the softmax."
 FORGOT_V = (
     "the output equals the attention weights: multiply the weights by the values "
@@ -143,14 +151,9 @@ BATCH_AXES = (
     "moves the batch axis too) and use @ or torch.matmul rather than torch.mm."
 )
 SINGLE_SEQUENCE = (
-    " These inputs are a single sequence with no batch axis: count axes from the end (-1, -2), "
+    "These inputs are a single sequence with no batch axis: count axes from the end (-1, -2), "
     "so that the code works for any number of leading batch axes."
 )
-NO_GRAD = (
-    "{what} does not carry gradients: the result must stay differentiable, so avoid .detach(), "
-    ".item(), .numpy(), .data and torch.no_grad()."
-)
-WRONG_DTYPE = _core.WRONG_DTYPE
 CAUSAL_UPPER = (
     "True is on and above the diagonal (the upper triangle). Row i is query i, which may attend "
     "to keys 0..i: True must be on and below the diagonal (torch.tril)."
@@ -165,129 +168,69 @@ CAUSAL_NO_DIAGONAL = (
 )
 CAUSAL_ALL_TRUE = "every entry is True, so nothing is masked: query i must not see keys j > i."
 CAUSAL_ADDITIVE = (
-    "should be a boolean tensor (True = may attend), but it is an additive float mask of 0 and "
-    "-inf, PyTorch's other convention (nn.Transformer.generate_square_subsequent_mask). This "
-    "course's masks are boolean."
+    "the mask should be a boolean tensor (True = may attend), but it is an additive float mask of "
+    "0 and -inf, PyTorch's other convention (nn.Transformer.generate_square_subsequent_mask). "
+    "This course's masks are boolean."
 )
 CAUSAL_NOT_BOOL = (
-    "should be a boolean tensor (dtype torch.bool, True = may attend), got dtype {dtype}. Build it "
-    "with dtype=torch.bool, a comparison, or .bool()."
+    "{slot} should be a boolean tensor (dtype torch.bool, True = may attend), got dtype {got}. "
+    "Build it with dtype=torch.bool, a comparison, or .bool()."
+)
+CAUSAL_ROW = (
+    "row {row} (query {row}) should be True in columns 0..{row} and False after, got {got}."
 )
 
 
-# --- calling the student's code ------------------------------------------------------------------
+# --- what every function exercise shares ---------------------------------------------------------
 
 
-def _call(
-    what: str,
-    fn: Callable[..., Any],
-    args: tuple[Any, ...],
-    forbidden_python: tuple[Any, ...] = _FORBIDDEN_PYTHON,
-    single_sequence: bool = False,
-) -> Any:
-    """``fn(*args)`` inside ``_core.student_call``, with clearer messages for a stub called by
-    the student's function and for an error on inputs without a batch axis."""
-    try:
-        with _core.student_call(what, _FORBIDDEN_TORCH, forbidden_python):
-            return fn(*args)
-    except (ForbiddenCallError, TamperingError):
-        raise
-    except GradingError as e:
-        cause = e.__cause__
-        if _core._isinstance(cause, NotImplementedError):
-            stub = _stub_name(cause, fn)
-            if stub is not None:
-                raise GradingError(
-                    f"{what} calls {stub}, which is not written yet: write {stub} first (and run "
-                    "its cell)."
-                ) from cause
-            raise
-        if single_sequence and _core._isinstance(cause, IndexError):
-            raise GradingError(f"{_sentence(e)}{SINGLE_SEQUENCE.lstrip()}") from cause
-        raise
-
-
-def _stub_name(error: BaseException, fn: Callable[..., Any]) -> str | None:
-    """The notebook function (other than ``fn``) whose ``raise NotImplementedError()`` ran."""
-    name = _core.innermost_function(error)
-    if name is None or name == getattr(fn, "__name__", None):
-        return None
-    return name if name in getattr(fn, "__globals__", {}) else None
-
-
-def _batched(error: GradingError) -> GradingError:
-    return GradingError(BATCH_AXES.format(error=_sentence(error)))
-
-
-def _sentence(error: BaseException) -> str:
-    """The message of ``error`` ending with a full stop and a space, ready for more text."""
-    text = str(error).rstrip()
+def _sentence(text: str) -> str:
+    """``text`` ending with a full stop and a space, ready for more text."""
+    text = text.rstrip()
     return text + (" " if text.endswith(".") else ". ")
+
+
+def _first_dim(case: Case) -> int:
+    first = case.call.args[0] if case.call.args else None
+    return first.dim() if isinstance(first, torch.Tensor) else 0
+
+
+def _batched(error: GradingError, case: Case, passed: list[Case]) -> GradingError:
+    """An answer right on a single sequence that fails on the first batched input is told so."""
+    dims = [_first_dim(p) for p in passed]
+    if type(error) is not GradingError or _first_dim(case) <= 2:
+        return error
+    if 2 not in dims or any(d > 2 for d in dims):
+        return error
+    return GradingError(BATCH_AXES.format(error=_sentence(error.problem)), where=error.where)
+
+
+def _single_sequence_hint(failure: Failure) -> str | None:
+    return SINGLE_SEQUENCE if failure.error == "IndexError" else None
+
+
+def _checked_first(case: Case, check: Callable[[Observation], str | None]) -> Case:
+    """``case`` with ``check`` looked at before the generic structure, shape and value steps: for
+    a problem those would name less well (a swapped pair, an additive mask)."""
+
+    def judge(obs: Observation, ask: Ask) -> None:
+        problem = check(obs)
+        if problem:
+            raise GradingError(problem)
+        runner.judge(dataclasses.replace(case, judge=None), obs, ask)
+
+    case.judge = judge
+    return case
 
 
 def _shape(x: torch.Tensor) -> tuple[int, ...]:
     return tuple(x.shape)
 
 
-def _expect_unchanged(name: str, given: dict[str, torch.Tensor], kept: dict[str, torch.Tensor]):
-    for arg, tensor in given.items():
-        if not _core._equal(tensor.detach(), kept[arg]):
-            raise GradingError(IN_PLACE.format(name=name, arg=arg))
-
-
-def _expect_weights(
-    got: Any,
-    expected: torch.Tensor,
-    what: str,
-    mistakes: Mapping[str, torch.Tensor],
-    nan_hint: str = "",
-    atol: float = 1e-6,
-) -> None:
-    """Attention weights: the named mistakes first, then the properties every answer must have
-    (no NaN, all-zero fully masked rows, rows summing to 1), then the generic mismatch."""
-
-    def broken_property() -> str | None:
-        return _weights_problem(got, expected, nan_hint, atol)
-
-    _core.expect_close(
-        got,
-        expected,
-        what,
-        mistakes,
-        atol=atol,
-        letters="(..., L_q, L_k)",
-        probes=(broken_property,),
-    )
-
-
-def _weights_problem(
-    got: torch.Tensor, expected: torch.Tensor, nan_hint: str, atol: float
-) -> str | None:
-    """The property of attention weights that ``got`` breaks, if any."""
-    with torch.no_grad():
-        g = got.detach().to(torch.float64)
-        dead = expected.sum(dim=-1) == 0  # (..., L_q): queries with every key masked
-        if bool(torch.isnan(g).any()):
-            if bool(dead.any()) and bool(torch.isnan(g[dead]).any()):
-                return DEAD_ROW_NAN
-            if nan_hint:
-                return nan_hint
-        elif bool(dead.any()) and not bool((g[dead] == 0).all()):
-            rows = g[dead]
-            L_k = g.shape[-1]
-            if _core._allclose(rows, torch.full_like(rows, 1.0 / L_k), atol=atol, rtol=1e-5):
-                return DEAD_ROW_UNIFORM
-            index = tuple(int(i) for i in dead.nonzero()[0])
-            row = [round(float(w), 4) for w in g[index]]
-            return DEAD_ROW_NOT_ZERO.format(index=index, row=row)
-        elif nan_hint and bool(torch.isinf(g).any()):
-            return nan_hint
-        sums = g.sum(dim=-1)
-        bad = ((sums - 1).abs() > 1e-5) & ~dead
-        if bool(bad.any()):
-            index = tuple(int(i) for i in bad.nonzero()[0])
-            return NOT_SUM_TO_1.format(index=index, total=float(sums[index]))
-    return None
+def _register(name: str, title: str, signature: str, cases) -> Callable[..., None]:
+    keep = f"keep the given `{signature}`"
+    exercise = Exercise(name, title, name, f"test_{name}", "function", keep, cases, _batched)
+    return register(exercise)
 
 
 # --- references and the outputs of the classic mistakes ------------------------------------------
@@ -332,6 +275,33 @@ def _weight_mistakes(scores: torch.Tensor, mask: torch.Tensor | None) -> dict[st
     return mistakes
 
 
+def _weights_problem(got: torch.Tensor, expected: torch.Tensor, nan_hint: str) -> str | None:
+    """The property of attention weights that ``got`` breaks, if any: NaN or non-zero weights in
+    a fully masked row, NaN or inf elsewhere (``nan_hint``), rows that do not sum to 1."""
+    g = got.to(torch.float64)
+    dead = expected.sum(dim=-1) == 0  # (..., L_q): queries with every key masked
+    if bool(torch.isnan(g).any()):
+        if bool(dead.any()) and bool(torch.isnan(g[dead]).any()):
+            return DEAD_ROW_NAN
+        if nan_hint:
+            return nan_hint
+    elif bool(dead.any()) and not bool((g[dead] == 0).all()):
+        rows = g[dead]
+        if close(rows, torch.full_like(rows, 1.0 / g.shape[-1])):
+            return DEAD_ROW_UNIFORM
+        index = tuple(int(i) for i in dead.nonzero()[0])
+        row = [round(float(w), 4) for w in g[index]]
+        return DEAD_ROW_NOT_ZERO.format(index=index, row=row)
+    elif nan_hint and bool(torch.isinf(g).any()):
+        return nan_hint
+    sums = g.sum(dim=-1)
+    bad = ((sums - 1).abs() > 1e-5) & ~dead
+    if bool(bad.any()):
+        index = tuple(int(i) for i in bad.nonzero()[0])
+        return NOT_SUM_TO_1.format(index=index, total=float(sums[index]))
+    return None
+
+
 def _pattern_mask() -> torch.Tensor:
     """``(3, 5)``: no row or column all True or all False, so that the polarity and axis
     mistakes give finite, recognisable weights."""
@@ -355,292 +325,244 @@ def _describe_mask(mask: torch.Tensor | None) -> str:
     return f"a {_shape(mask)} mask{dead}"
 
 
+def _dtype(x: torch.Tensor) -> str:
+    return "" if x.dtype == torch.float64 else f"{str(x.dtype).removeprefix('torch.')} "
+
+
 # --- exercise 1: scores --------------------------------------------------------------------------
 
 
-@_core.guarded
-def check_attention_scores(attention_scores: Callable[..., Any], thorough: bool = False) -> None:
-    """``attention_scores(query, key)`` must return Q K^T / sqrt(d_k), shape ``(..., L_q, L_k)``,
-    for any number of leading batch axes."""
-    cases: list[tuple[tuple[int, ...], tuple[int, ...]]] = [
-        ((3, 4), (5, 4)),
-        ((2, 3, 4), (2, 5, 4)),
-    ]
+def _scores_case(query: torch.Tensor, key: torch.Tensor, **grad) -> Case:
+    call = Call("attention_scores", "attention_scores", (query, key), **grad)
+    return Case(
+        call,
+        f"attention_scores(query, key) with {_dtype(query)}query {_shape(query)} and key "
+        f"{_shape(key)}" + (", backpropagating" if grad else ""),
+        expected=_reference_scores(query, key),
+        mistakes=lambda: _scale_mistakes(query, key),
+        slots=("the scores",),
+        letters=("(..., L_q, L_k)",),
+        inputs={"args[0]": "query", "args[1]": "key"},
+        failure_hint=_single_sequence_hint if query.dim() == 2 else None,
+    )
+
+
+def _scores_cases(thorough: bool) -> Iterator[Case]:
+    shapes = [((3, 4), (5, 4)), ((2, 3, 4), (2, 5, 4))]
     if thorough:
-        cases += [((2, 3, 4, 8), (2, 3, 6, 8)), ((1, 1, 1), (1, 1, 1))]
-    one_sequence_ok = False
-    for seed, (q_shape, k_shape) in enumerate(cases):
-        query = _core.randn(*q_shape, seed=100 + seed)
-        key = _core.randn(*k_shape, seed=200 + seed)
-        what = f"attention_scores(query, key) with query {q_shape} and key {k_shape}"
-        expected = _reference_scores(query, key)
-        mistakes = _scale_mistakes(query, key)
-        given = {"query": query.clone(), "key": key.clone()}
-        try:
-            args = (given["query"], given["key"])
-            got = _call(what, attention_scores, args, single_sequence=query.dim() == 2)
-            _core.expect_close(got, expected, what, mistakes, letters="(..., L_q, L_k)")
-        except (ForbiddenCallError, TamperingError):
-            raise
-        except GradingError as e:
-            if one_sequence_ok and query.dim() > 2:
-                raise _batched(e) from e
-            raise
-        _expect_unchanged("attention_scores", given, {"query": query, "key": key})
-        one_sequence_ok = one_sequence_ok or query.dim() == 2
+        shapes += [((2, 3, 4, 8), (2, 3, 6, 8)), ((1, 1, 1), (1, 1, 1))]
+    for seed, (q_shape, k_shape) in enumerate(shapes):
+        yield _scores_case(randn(*q_shape, seed=100 + seed), randn(*k_shape, seed=200 + seed))
     if not thorough:
         return
+    query32 = randn(2, 3, 4, seed=300, dtype=torch.float32)
+    yield _scores_case(query32, randn(2, 5, 4, seed=301, dtype=torch.float32))
+    query, key = randn(2, 3, 4, seed=302), randn(2, 5, 4, seed=303)
+    upstream = randn(2, 3, 5, seed=304)
+    case = _scores_case(query, key, grad=("args[0]", "args[1]"), upstream=(upstream,))
+    leaves = [t.clone().requires_grad_() for t in (query, key)]
+    grads = torch.autograd.grad(_reference_scores(*leaves), leaves, upstream)
+    case.grads = {"args[0]": grads[0], "args[1]": grads[1]}
+    yield case
 
-    query = _core.randn(2, 3, 4, seed=300, dtype=torch.float32)
-    key = _core.randn(2, 5, 4, seed=301, dtype=torch.float32)
-    what = "attention_scores(query, key) with float32 query (2, 3, 4) and key (2, 5, 4)"
-    got = _call(what, attention_scores, (query.clone(), key.clone()))
-    _core.expect_tensor(got, what)
-    _core.expect_dtype(got, torch.float32, what, WRONG_DTYPE)
-    expected = _reference_scores(query, key)
-    _core.expect_close(got, expected, what, atol=1e-5, letters="(..., L_q, L_k)")
 
-    query = _core.randn(2, 3, 4, seed=302).requires_grad_()
-    key = _core.randn(2, 5, 4, seed=303).requires_grad_()
-    upstream = _core.randn(2, 3, 5, seed=304)
-    what = "attention_scores(query, key) with query and key that require gradients"
-    expected = torch.autograd.grad(_reference_scores(query, key), (query, key), upstream)
-    got = _call(what, attention_scores, (query, key))
-    _core.expect_tensor(got, what)
-    if not got.requires_grad:
-        raise GradingError(NO_GRAD.format(what=what))
-    with _core.student_call(f"the backward pass of {what}"):
-        grads = torch.autograd.grad(got, (query, key), upstream, allow_unused=True)
-    for name, grad, reference in zip(("query", "key"), grads, expected, strict=True):
-        if grad is None:
-            raise GradingError(NO_GRAD.format(what=what) + f" (no gradient reaches {name})")
-        _core.expect_close(grad, reference, f"the gradient of {what} with respect to {name}")
+check_attention_scores = _register(
+    "attention_scores",
+    "Exercise 1 · attention_scores",
+    "def attention_scores(query, key):",
+    _scores_cases,
+)
 
 
 # --- exercise 2: masked softmax ------------------------------------------------------------------
 
 
-def _masked_softmax_case(
-    masked_softmax: Callable[..., Any],
-    scores: torch.Tensor,
-    mask: torch.Tensor | None,
-    nan_hint: str = "",
-    atol: float = 1e-6,
-) -> None:
-    call = "masked_softmax(scores)" if mask is None else "masked_softmax(scores, mask)"
-    what = f"{call} with scores {_shape(scores)} and {_describe_mask(mask)}"
+def _softmax_case(
+    scores: torch.Tensor, mask: torch.Tensor | None, nan_hint: str = "", **grad
+) -> Case:
+    args = (scores,) if mask is None else (scores, mask)
+    name = "masked_softmax(scores)" if mask is None else "masked_softmax(scores, mask)"
     expected = _reference_weights(scores, mask)
-    mistakes = _weight_mistakes(scores, mask)
-    given = {"scores": scores.clone()}
-    args: tuple[Any, ...] = (given["scores"],)
-    if mask is not None:
-        given["mask"] = mask.clone()
-        args += (given["mask"],)
-    got = _call(what, masked_softmax, args, single_sequence=scores.dim() == 2)
-    _core.expect_tensor(got, what)
-    _core.expect_dtype(got, scores.dtype, what, WRONG_DTYPE)
-    _expect_weights(got, expected, what, mistakes, nan_hint=nan_hint, atol=atol)
-    kept = {"scores": scores} if mask is None else {"scores": scores, "mask": mask}
-    _expect_unchanged("masked_softmax", given, kept)
+    return Case(
+        Call("masked_softmax", "masked_softmax", args, **grad),
+        f"{name} with {_dtype(scores)}scores {_shape(scores)} and {_describe_mask(mask)}"
+        + (", backpropagating" if grad else ""),
+        expected=expected,
+        mistakes=lambda: _weight_mistakes(scores, mask),
+        probes=(lambda obs, ask: _weights_problem(obs.value, expected, nan_hint),),
+        slots=("the weights tensor",),
+        letters=("(..., L_q, L_k)",),
+        inputs={"args[0]": "scores", "args[1]": "mask"},
+        failure_hint=_single_sequence_hint if scores.dim() == 2 else None,
+    )
 
 
-@_core.guarded
-def check_masked_softmax(masked_softmax: Callable[..., Any], thorough: bool = False) -> None:
-    """``masked_softmax(scores, mask=None)``: softmax over the last axis (the keys), masked
-    positions (mask False) exactly 0, a fully masked row all 0 (no NaN), any leading axes."""
-    scores = _core.randn(2, 3, 5, seed=400) * 2
-    _masked_softmax_case(masked_softmax, scores, None)
-    _masked_softmax_case(masked_softmax, scores, _pattern_mask())
-    _masked_softmax_case(masked_softmax, scores, _dead_row_mask())
-    _masked_softmax_case(masked_softmax, _core.randn(2, 3, 5, seed=401) * 1000, None, OVERFLOW)
+def _softmax_cases(thorough: bool) -> Iterator[Case]:
+    scores = randn(2, 3, 5, seed=400) * 2
+    yield _softmax_case(scores, None)
+    yield _softmax_case(scores, _pattern_mask())
+    yield _softmax_case(scores, _dead_row_mask())
+    yield _softmax_case(randn(2, 3, 5, seed=401) * 1000, None, OVERFLOW)
     if not thorough:
         return
+    yield _softmax_case(scores, keep_first([4, 2], 5, 1))  # (B, 1, L_k)
+    yield _softmax_case(randn(2, 2, 3, 4, seed=402), keep_first([3, 0], 4, 2))  # (B, 1, 1, L_k)
+    yield _softmax_case(randn(3, 5, seed=403), torch.tensor([True, False, True, True, False]))
+    one = randn(1, 1, seed=404)
+    yield _softmax_case(one, torch.tensor([[True]]))
+    yield _softmax_case(one, torch.tensor([[False]]))
+    yield _softmax_case(randn(2, 4, seed=405), torch.zeros(2, 4, dtype=torch.bool))
+    yield _softmax_case(randn(2, 3, 5, seed=406, dtype=torch.float32) * 2, _dead_row_mask())
+    scores, mask, upstream = randn(2, 3, 5, seed=407) * 2, _pattern_mask(), randn(2, 3, 5, seed=408)
+    case = _softmax_case(scores, mask, grad=("args[0]",), upstream=(upstream,))
+    leaf = scores.clone().requires_grad_()
+    (grad,) = torch.autograd.grad(_reference_weights(leaf, mask), leaf, upstream)
+    case.grads = {"args[0]": grad}
+    yield case
 
-    _masked_softmax_case(masked_softmax, scores, _core.keep_first([4, 2], 5, 1))  # (B, 1, L_k)
-    scores4 = _core.randn(2, 2, 3, 4, seed=402)
-    _masked_softmax_case(masked_softmax, scores4, _core.keep_first([3, 0], 4, 2))  # (B, 1, 1, L_k)
-    _masked_softmax_case(
-        masked_softmax, _core.randn(3, 5, seed=403), torch.tensor([True, False, True, True, False])
-    )
-    one = _core.randn(1, 1, seed=404)
-    _masked_softmax_case(masked_softmax, one, torch.tensor([[True]]))
-    _masked_softmax_case(masked_softmax, one, torch.tensor([[False]]))
-    _masked_softmax_case(masked_softmax, _core.randn(2, 4, seed=405), torch.zeros(2, 4, dtype=bool))
-    _masked_softmax_case(
-        masked_softmax,
-        _core.randn(2, 3, 5, seed=406, dtype=torch.float32) * 2,
-        _dead_row_mask(),
-        atol=1e-6,
-    )
 
-    scores = (_core.randn(2, 3, 5, seed=407) * 2).requires_grad_()
-    mask = _pattern_mask()
-    upstream = _core.randn(2, 3, 5, seed=408)
-    what = "masked_softmax(scores, mask) with scores that require gradients"
-    (expected,) = torch.autograd.grad(_reference_weights(scores, mask), scores, upstream)
-    got = _call(what, masked_softmax, (scores, mask))
-    _core.expect_tensor(got, what)
-    if not got.requires_grad:
-        raise GradingError(NO_GRAD.format(what=what))
-    with _core.student_call(f"the backward pass of {what}"):
-        (grad,) = torch.autograd.grad(got, scores, upstream, allow_unused=True)
-    if grad is None:
-        raise GradingError(NO_GRAD.format(what=what))
-    _core.expect_close(grad, expected, f"the gradient of {what} with respect to scores")
+check_masked_softmax = _register(
+    "masked_softmax",
+    "Exercise 2 · masked_softmax",
+    "def masked_softmax(scores, mask=None):",
+    _softmax_cases,
+)
 
 
 # --- exercise 3: causal mask ---------------------------------------------------------------------
 
 
-@_core.guarded
-def check_causal_mask(causal_mask: Callable[..., Any], thorough: bool = False) -> None:
-    """``causal_mask(L)``: a boolean ``(L, L)`` tensor, True on and below the diagonal."""
-    for L in (4, 1, 2, 7) if thorough else (4,):
-        what = f"causal_mask({L})"
-        got = _call(what, causal_mask, (L,), forbidden_python=_FORBIDDEN_MASK)
-        _core.expect_tensor(got, what)
-        if got.dtype != torch.bool:
-            if got.is_floating_point() and bool(torch.isneginf(got).any()):
-                raise GradingError(f"{what} {CAUSAL_ADDITIVE}")
-            raise GradingError(f"{what} " + CAUSAL_NOT_BOOL.format(dtype=got.dtype))
-        _core.expect_shape(got, (L, L), what, "(L, L)")
-        expected = torch.ones(L, L, dtype=torch.bool).tril()
-        if _core._equal(got, expected):
-            continue
-        mistakes = {
+def _additive(obs: Observation) -> str | None:
+    value = obs.value
+    additive = isinstance(value, torch.Tensor) and value.is_floating_point()
+    return CAUSAL_ADDITIVE if additive and bool(torch.isneginf(value).any()) else None
+
+
+def _causal_case(L: int) -> Case:
+    expected = torch.ones(L, L, dtype=torch.bool).tril()
+
+    def wrong_row(obs: Observation, ask: Ask) -> str:
+        got = obs.value
+        row = int((got != expected).any(dim=-1).nonzero()[0])
+        return CAUSAL_ROW.format(row=row, got=[bool(x) for x in got[row]])
+
+    case = Case(
+        Call("causal_mask", "causal_mask", (L,)),
+        f"causal_mask({L})",
+        expected=expected,
+        mistakes={
             CAUSAL_UPPER: expected.mT,
             CAUSAL_REVERSED: ~expected,
             CAUSAL_NO_DIAGONAL: expected.tril(-1),
             CAUSAL_ALL_TRUE: torch.ones(L, L, dtype=torch.bool),
-        }
-        for description, wrong in mistakes.items():
-            if _core._equal(got, wrong):
-                raise GradingError(f"{what} is wrong: {description}")
-        row = int((got != expected).any(dim=-1).nonzero()[0])
-        raise GradingError(
-            f"{what} is wrong: row {row} (query {row}) should be True in columns 0..{row} and "
-            f"False after, got {[bool(x) for x in got[row]]}."
-        )
+        },
+        probes=(wrong_row,),
+        slots=("the mask",),
+        letters=("(L, L)",),
+        messages={"dtype": CAUSAL_NOT_BOOL},
+    )
+    return _checked_first(case, _additive)
+
+
+def _causal_cases(thorough: bool) -> Iterator[Case]:
+    for L in (4, 1, 2, 7) if thorough else (4,):
+        yield _causal_case(L)
+
+
+check_causal_mask = _register(
+    "causal_mask", "Exercise 3 · causal_mask", "def causal_mask(L):", _causal_cases
+)
 
 
 # --- exercise 4: attention -----------------------------------------------------------------------
 
 
 def _attention_case(
-    attention: Callable[..., Any],
     query: torch.Tensor,
     key: torch.Tensor,
     value: torch.Tensor,
     mask: torch.Tensor | None,
-    atol: float = 1e-6,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    call = "query, key, value" + ("" if mask is None else ", mask")
-    what = (
-        f"scaled_dot_product_attention({call}) with query {_shape(query)}, key {_shape(key)}, "
-        f"value {_shape(value)} and {_describe_mask(mask)}"
-    )
-    expected_out, expected_w = encoder_lib.scaled_dot_product_attention(query, key, value, mask)
-    assert expected_w is not None
-    scores = _reference_scores(query, key)
-    mistakes = _weight_mistakes(scores, mask)
-    mistakes.update(
-        {d: _reference_weights(s, mask) for d, s in _scale_mistakes(query, key).items()}
-    )
-    mistakes[SCORES_AS_WEIGHTS] = scores
-
-    same = query is key and key is value  # self-attention: one tensor given three times
-    x = query.clone()
-    if same:
-        given = {"query": x, "key": x, "value": x}
+    **grad,
+) -> Case:
+    args = (query, key, value) + (() if mask is None else (mask,))
+    names = "query, key, value" + ("" if mask is None else ", mask")
+    if query is key and key is value:
+        tensors = f"x {_shape(query)} given as query, key and value"
     else:
-        given = {"query": query.clone(), "key": key.clone(), "value": value.clone()}
-    args: tuple[Any, ...] = (given["query"], given["key"], given["value"])
-    if mask is not None:
-        given["mask"] = mask.clone()
-        args += (given["mask"],)
-    result = _call(what, attention, args, single_sequence=query.dim() == 2)
+        tensors = f"query {_shape(query)}, key {_shape(key)}, value {_shape(value)}"
+    expected = encoder_lib.scaled_dot_product_attention(query, key, value, mask)
 
-    if _core._type(result) is _core._Tensor:
-        raise GradingError(
-            f"{what} returned a single tensor of shape {_shape(result)}: it must return the pair "
-            "(output, weights), e.g. `return output, weights`."
-        )
-    if not _core._isinstance(result, tuple | list) or len(result) != 2:
-        raise GradingError(
-            f"{what} returned {_core._type(result).__name__}: it must return the pair "
-            "(output, weights)."
-        )
-    out, weights = result
-    _core.expect_tensor(out, f"the output of {what}")
-    _core.expect_tensor(weights, f"the weights returned by {what}")
-    swapped = _shape(out) == _shape(expected_w) and _shape(weights) == _shape(expected_out)
-    if swapped and _shape(expected_w) != _shape(expected_out):
-        raise GradingError(f"{what} is wrong: {PAIR_SWAPPED}")
-    if _shape(out) == _shape(expected_w) and _core._close(out, weights):
-        raise GradingError(f"{what} is wrong: {FORGOT_V}")
-    _core.expect_dtype(out, query.dtype, f"the output of {what}", WRONG_DTYPE)
-    _expect_weights(weights, expected_w, f"the weights returned by {what}", mistakes, atol=atol)
-    _core.expect_close(
-        out, expected_out, f"the output of {what}", atol=atol, letters="(..., L_q, d_v)"
+    def mistakes() -> dict[str, tuple[None, torch.Tensor]]:
+        scores = _reference_scores(query, key)
+        weights = _weight_mistakes(scores, mask)
+        for description, wrong_scores in _scale_mistakes(query, key).items():
+            weights[description] = _reference_weights(wrong_scores, mask)
+        weights[SCORES_AS_WEIGHTS] = scores
+        return {description: (None, w) for description, w in weights.items()}
+
+    def output_is_weights(obs: Observation) -> str | None:
+        got = obs.value
+        if not isinstance(got, tuple | list) or len(got) != 2:
+            return None
+        out, weights = got
+        if not (isinstance(out, torch.Tensor) and isinstance(weights, torch.Tensor)):
+            return None
+        want_out, want_w = _shape(expected[0]), _shape(expected[1])
+        if _shape(out) == want_w and _shape(weights) == want_out and want_w != want_out:
+            return PAIR_SWAPPED
+        if _shape(out) == want_w and close(out, weights):
+            return FORGOT_V
+        return None
+
+    case = Case(
+        Call("scaled_dot_product_attention", "scaled_dot_product_attention", args, **grad),
+        f"scaled_dot_product_attention({names}) with {_dtype(query)}{tensors} and "
+        f"{_describe_mask(mask)}" + (", backpropagating" if grad else ""),
+        expected=expected,
+        mistakes=mistakes,
+        probes=(lambda obs, ask: _weights_problem(obs.value[1], expected[1], ""),),
+        slots=("the output", "the weights tensor"),
+        letters=("(..., L_q, d_v)", "(..., L_q, L_k)"),
+        order=(1, 0),
+        inputs={"args[0]": "query", "args[1]": "key", "args[2]": "value", "args[3]": "mask"},
+        failure_hint=_single_sequence_hint if query.dim() == 2 else None,
     )
-    kept = {"query": query, "key": key, "value": value}
-    if mask is not None:
-        kept["mask"] = mask
-    _expect_unchanged("scaled_dot_product_attention", given, kept)
-    return out, weights
+    return _checked_first(case, output_is_weights)
 
 
-@_core.guarded
-def check_scaled_dot_product_attention(
-    scaled_dot_product_attention: Callable[..., Any], thorough: bool = False
-) -> None:
-    """``scaled_dot_product_attention(query, key, value, mask=None)`` must return
-    ``(output, weights)``: weights ``(..., L_q, L_k)`` = masked softmax of Q K^T / sqrt(d_k),
-    output ``(..., L_q, d_v)`` = weights @ V; a fully masked query gives zero weights and output."""
-    attention = scaled_dot_product_attention
-    q, k, v = _core.randn(3, 4, seed=500), _core.randn(5, 4, seed=501), _core.randn(5, 6, seed=502)
-    _attention_case(attention, q, k, v, None)
-    q, k = _core.randn(2, 3, 4, seed=503), _core.randn(2, 5, 4, seed=504)
-    v = _core.randn(2, 5, 6, seed=505)
-    try:
-        _attention_case(attention, q, k, v, None)
-    except (ForbiddenCallError, TamperingError):
-        raise
-    except GradingError as e:
-        raise _batched(e) from e
-    _attention_case(attention, q, k, v, _pattern_mask())
-    _attention_case(attention, q, k, v, _dead_row_mask())
+def _attention_cases(thorough: bool) -> Iterator[Case]:
+    yield _attention_case(randn(3, 4, seed=500), randn(5, 4, seed=501), randn(5, 6, seed=502), None)
+    q, k, v = randn(2, 3, 4, seed=503), randn(2, 5, 4, seed=504), randn(2, 5, 6, seed=505)
+    yield _attention_case(q, k, v, None)
+    yield _attention_case(q, k, v, _pattern_mask())
+    yield _attention_case(q, k, v, _dead_row_mask())
     if not thorough:
         return
-
-    q, k = _core.randn(2, 2, 3, 4, seed=506), _core.randn(2, 2, 5, 4, seed=507)
-    v = _core.randn(2, 2, 5, 6, seed=508)
-    _attention_case(attention, q, k, v, _core.keep_first([5, 2], 5, 2))  # (B, 1, 1, L_k)
-    q, k, v = (_core.randn(1, 1, n, seed=509 + n) for n in (2, 2, 3))
-    _attention_case(attention, q, k, v, torch.tensor([[False]]))
-    _attention_case(attention, q, k, v, None)
-    x = _core.randn(2, 4, 3, seed=520)
-    _attention_case(attention, x, x, x, torch.ones(4, 4, dtype=torch.bool).tril())
-    q, k, v = (_core.randn(2, n, 4, seed=521 + n, dtype=torch.float32) for n in (3, 5, 5))
-    _attention_case(attention, q, k, v, _dead_row_mask(), atol=1e-5)
-
-    leaves = [
-        _core.randn(2, n, d, seed=530 + n + d).requires_grad_() for n, d in ((3, 4), (5, 4), (5, 6))
-    ]
-    mask = _pattern_mask()
-    up_out, up_w = _core.randn(2, 3, 6, seed=540), _core.randn(2, 3, 5, seed=541)
-    ref_out, ref_w = encoder_lib.scaled_dot_product_attention(*leaves, mask)
-    assert ref_w is not None
-    expected = torch.autograd.grad((ref_out, ref_w), leaves, (up_out, up_w))
-    what = (
-        "scaled_dot_product_attention(query, key, value, mask) with inputs that require gradients"
+    q, k = randn(2, 2, 3, 4, seed=506), randn(2, 2, 5, 4, seed=507)
+    v = randn(2, 2, 5, 6, seed=508)
+    yield _attention_case(q, k, v, keep_first([5, 2], 5, 2))  # (B, 1, 1, L_k)
+    q, k, v = (randn(1, 1, n, seed=509 + n) for n in (2, 2, 3))
+    yield _attention_case(q, k, v, torch.tensor([[False]]))
+    yield _attention_case(q, k, v, None)
+    x = randn(2, 4, 3, seed=520)
+    yield _attention_case(x, x, x, torch.ones(4, 4, dtype=torch.bool).tril())
+    q, k, v = (randn(2, n, 4, seed=521 + n, dtype=torch.float32) for n in (3, 5, 5))
+    yield _attention_case(q, k, v, _dead_row_mask())
+    q, k, v = (randn(2, n, d, seed=530 + n + d) for n, d in ((3, 4), (5, 4), (5, 6)))
+    mask, upstream = _pattern_mask(), (randn(2, 3, 6, seed=540), randn(2, 3, 5, seed=541))
+    grad = ("args[0]", "args[1]", "args[2]")
+    case = _attention_case(q, k, v, mask, grad=grad, upstream=upstream)
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    grads = torch.autograd.grad(
+        encoder_lib.scaled_dot_product_attention(*leaves, mask), leaves, upstream
     )
-    out, weights = _call(what, attention, (*leaves, mask))
-    if not (out.requires_grad and weights.requires_grad):
-        raise GradingError(NO_GRAD.format(what=what))
-    with _core.student_call(f"the backward pass of {what}"):
-        grads = torch.autograd.grad((out, weights), leaves, (up_out, up_w), allow_unused=True)
-    for name, grad, reference in zip(("query", "key", "value"), grads, expected, strict=True):
-        if grad is None:
-            raise GradingError(NO_GRAD.format(what=what) + f" (no gradient reaches {name})")
-        _core.expect_close(grad, reference, f"the gradient of {what} with respect to {name}")
+    case.grads = dict(zip(grad, grads, strict=True))
+    yield case
+
+
+check_scaled_dot_product_attention = _register(
+    "scaled_dot_product_attention",
+    "Exercise 4 · scaled_dot_product_attention",
+    "def scaled_dot_product_attention(query, key, value, mask=None):",
+    _attention_cases,
+)

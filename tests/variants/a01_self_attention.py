@@ -423,6 +423,17 @@ BUGGY = [
         "NaN",
     ),
     Variant(
+        "attention_weights_in_float64",
+        "scaled_dot_product_attention",
+        _attention(
+            "    # float64 for a more accurate softmax; the output is cast back, the weights not\n"
+            "    weights = masked_softmax(attention_scores(query.double(), key.double()), mask)\n"
+            "    return (weights @ value.double()).to(query.dtype), weights\n"
+        ),
+        (ATTENTION,),
+        "the weights tensor has dtype torch.float64",
+    ),
+    Variant(
         "attention_uses_F_sdpa",
         "scaled_dot_product_attention",
         _attention(
@@ -543,6 +554,15 @@ CORRECT = [
             "        weights = torch.where(mask.any(-1, keepdim=True), weights, 0.0)\n"
             "    output = torch.einsum('...ij,...jd->...id', weights, value)\n"
             "    return output, weights\n"
+        ),
+    ),
+    Variant(
+        "attention_in_float64_both_cast_back",
+        "scaled_dot_product_attention",
+        _attention(
+            "    weights = masked_softmax(attention_scores(query.double(), key.double()), mask)\n"
+            "    output = weights @ value.double()\n"
+            "    return output.to(value.dtype), weights.to(query.dtype)\n"
         ),
     ),
     Variant(
