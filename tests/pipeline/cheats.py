@@ -324,6 +324,185 @@ class FakeGrading:
 grading = FakeGrading()
 """
 
+# --- tricks that reach into the checks from the kernel (issue 11): each makes the in-kernel
+# check pass for a wrong answer; at autograde the verdict is decided outside the kernel. -----
+
+CODE_SWAP = """from encoder_lib import grading
+
+
+def _noop_like(exercise):
+    def check(obj, thorough=False):
+        return exercise and None
+    return check
+
+
+for _name in dir(grading):
+    if _name.startswith("check_"):
+        getattr(grading, _name).__code__ = _noop_like(None).__code__
+"""
+
+CLOSURE_CELLS = """from encoder_lib import grading
+
+for _name in dir(grading):
+    if _name.startswith("check_"):
+        for _cell in getattr(grading, _name).__closure__ or ():
+            if hasattr(_cell.cell_contents, "cases"):
+                _cell.cell_contents.cases = lambda thorough: iter(())
+"""
+
+GC_REACH = """import gc
+
+for _obj in gc.get_objects():
+    if type(_obj).__name__ == "Exercise" and hasattr(_obj, "cases"):
+        _obj.cases = lambda thorough: iter(())
+"""
+
+PARENT_PACKAGE = """import types
+
+import encoder_lib
+
+
+class _Passes(types.ModuleType):
+    def __getattr__(self, name):
+        return lambda *args, **kwargs: None
+
+
+encoder_lib.grading = _Passes("encoder_lib.grading")
+"""
+
+MODULE_SETATTR = """import types
+
+import encoder_lib.grading.runner
+
+types.ModuleType.__setattr__(encoder_lib.grading.runner, "run", lambda *args, **kwargs: None)
+type.__setattr__(encoder_lib.grading.runner.Exercise, "rewrite", None)
+"""
+
+STEPS_CLEARED = """from encoder_lib.grading import runner
+
+runner.STEPS.clear()
+"""
+
+SETTRACE_LOCALS = """import ctypes
+import sys
+import threading
+
+
+def _tracer(frame, event, arg):
+    code = frame.f_code
+    if event == "call" and code.co_name == "close" and "grading" in code.co_filename:
+        frame.f_locals["b"] = frame.f_locals["a"]
+        ctypes.pythonapi.PyFrame_LocalsToFast(ctypes.py_object(frame), ctypes.c_int(0))
+    return None
+
+
+sys.settrace(_tracer)
+threading.settrace(_tracer)
+"""
+
+IMPORT_SWAP = """import builtins
+import types
+
+_real_import = builtins.__import__
+_passes = types.SimpleNamespace(**{
+    name: (lambda *args, **kwargs: None)
+    for name in dir(__import__("encoder_lib.grading").grading) if name.startswith("check_")
+})
+
+
+def _import(name, globals=None, locals=None, fromlist=(), level=0):
+    if name == "encoder_lib" and fromlist and "grading" in fromlist:
+        return types.SimpleNamespace(grading=_passes)
+    return _real_import(name, globals, locals, fromlist, level)
+
+
+builtins.__import__ = _import
+"""
+
+SYS_MODULES_SWAP = """import sys
+import types
+
+import encoder_lib
+
+
+class _Passes(types.ModuleType):
+    def __getattr__(self, name):
+        return lambda *args, **kwargs: None
+
+
+sys.modules["encoder_lib.grading"] = _Passes("encoder_lib.grading")
+encoder_lib.__dict__["grading"] = sys.modules["encoder_lib.grading"]
+"""
+
+FAKE_SERVE = """import encoder_lib.grading.observe as _observe
+from encoder_lib.grading import wire as _wire
+from IPython.display import publish_display_data as _publish
+
+
+def _serve(request):
+    call = _wire.decode_call(request)
+    shapes = [a for a in call.args if isinstance(a, torch.Tensor)]
+    value = torch.zeros_like(shapes[0]) if shapes else None
+    _publish({_wire.MIME: _wire.encode_observation(_observe.Observation(value=value))})
+
+
+_observe.serve = _serve
+"""
+
+FROM_THE_CALLERS_FRAME = '''
+def _expected_from_caller():
+    """The value the check expects, if a caller's frame holds the case being judged."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        case = frame.f_locals.get("case")
+        if case is not None and hasattr(case, "expected"):
+            wanted = case.expected
+            return wanted() if callable(wanted) else wanted
+        frame = frame.f_back
+    return None
+'''
+
+
+def _from_the_callers_frame(nb, layout):
+    """The answer returns whatever a grader frame up the stack expects (wrong otherwise)."""
+    gid = _first(layout)
+    name, source = layout.defines[gid], layout.reference[gid]
+    if is_class(source, name):
+        body = f"""
+_Impl = {name}
+
+
+class {name}(_Impl):
+    def forward(self, *args, **kwargs):
+        wanted = _expected_from_caller()
+        return wanted if wanted is not None else _zeroed(super().forward(*args, **kwargs))
+"""
+    else:
+        body = f"""
+_impl = {name}
+
+
+def {name}(*args, **kwargs):
+    wanted = _expected_from_caller()
+    return wanted if wanted is not None else _zeroed(_impl(*args, **kwargs))
+"""
+    cell = "import sys\n\n" + source + "\n" + ZEROED_HELPER + FROM_THE_CALLERS_FRAME + body
+    return C.with_cells(nb, {gid: cell})
+
+
+def _delegate_with_traps_off(nb, layout):
+    """A right answer obtained from the built-in, with the kernel's traps switched off: the one
+    trick the design accepts (README, "How grading works")."""
+    gid = _find(layout, "layer_norm")
+    if not gid:
+        return None
+    source = DELEGATIONS["layer_norm"] + (
+        "\nimport contextlib\n\nimport encoder_lib.grading.observe as _observe\n\n"
+        "_observe.student_mode = lambda *args, **kwargs: contextlib.nullcontext([])\n"
+    )
+    return C.with_cells(nb, {gid: source})
+
+
 FORBIDDEN_SAYS = "already does what this exercise asks you to write"
 
 CHEATS = [
@@ -415,4 +594,85 @@ CHEATS = [
         _in_answer(LYING_MODE),
         extra=True,
     ),
+    # --- reaching into the checks from the kernel (issue 11) ---
+    Cheat(
+        "check_code_swap",
+        "every grading.check_*.__code__ replaced by a function that returns at once",
+        _in_answer(CODE_SWAP),
+    ),
+    Cheat(
+        "closure_cells",
+        "the exercise held in each check's closure loses its cases",
+        _in_answer(CLOSURE_CELLS),
+    ),
+    Cheat(
+        "gc_reach",
+        "gc.get_objects() finds every Exercise and empties its cases",
+        _in_answer(GC_REACH),
+    ),
+    Cheat(
+        "parent_package_attribute",
+        "encoder_lib.grading replaced on the parent package by a module whose checks pass",
+        _in_answer(PARENT_PACKAGE),
+    ),
+    Cheat(
+        "module_and_class_setattr",
+        "ModuleType.__setattr__ / object.__setattr__ rebind the runner and the Exercise class",
+        _in_answer(MODULE_SETATTR),
+    ),
+    Cheat(
+        "steps_cleared",
+        "the runner's generic checks (runner.STEPS) cleared",
+        _in_answer(STEPS_CLEARED),
+    ),
+    Cheat(
+        "settrace_locals",
+        "sys.settrace rewrites the comparison's locals (b = a) in every call to close()",
+        _in_answer(SETTRACE_LOCALS),
+    ),
+    Cheat(
+        "caller_frame",
+        "the answer reads the expected value out of the grader's frame up the stack",
+        _from_the_callers_frame,
+    ),
+    Cheat(
+        "builtins_import_swap",
+        "builtins.__import__ swapped: `from encoder_lib import grading` gives checks that pass",
+        _in_answer(IMPORT_SWAP),
+    ),
+    Cheat(
+        "sys_modules_swap",
+        "sys.modules['encoder_lib.grading'] (and the package attribute) replaced by a fake",
+        _in_answer(SYS_MODULES_SWAP),
+    ),
+    Cheat(
+        "fake_serve",
+        "the kernel end of the grader's requests answers with made-up tensors",
+        _in_answer(FAKE_SERVE),
+    ),
 ]
+
+REQUIRED = {
+    # the brief's list and the tricks found since (issue 11); the ratchet in test_integrity
+    "rebind_allclose", "rebind_assert_close", "rebind_checker", "fake_grading_object",
+    "lying_tensor_subclass", "rebind_torch_reference", "rebind_encoder_lib_reference",
+    "delegate_to_torch", "delegate_to_encoder_lib", "print_correct", "patch_before_setup",
+    "fake_grading_module", "checker_via_vars", "checker_via_class_swap", "lying_function_mode",
+    "check_code_swap", "closure_cells", "gc_reach", "parent_package_attribute",
+    "module_and_class_setattr", "steps_cleared", "settrace_locals", "caller_frame",
+    "builtins_import_swap", "sys_modules_swap", "fake_serve",
+}  # fmt: skip
+
+ACCEPTED = [
+    Cheat(
+        "delegate_with_traps_off",
+        "layer_norm delegates to F.layer_norm after switching the kernel's traps off",
+        _delegate_with_traps_off,
+        expect="exercise",
+    ),
+]
+"""What the design does not prevent: a RIGHT answer got from the built-in the exercise forbids,
+with the in-kernel deterrent disabled on purpose. It earns that exercise's points and nothing
+else (test_integrity shows both)."""
+
+ALL = CHEATS + ACCEPTED

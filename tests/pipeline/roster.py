@@ -97,7 +97,7 @@ def cheat_targets(present: list[str], layouts: dict[str, C.Layout]) -> dict[str,
     every assignment it fits (``spread="all"``) or one, dealt round-robin."""
     targets: dict[str, list[str]] = {}
     dealt = 0
-    for cheat in K.CHEATS:
+    for cheat in K.ALL:
         fits = [
             a for a in present if cheat.build(C.read(C.source_notebook(a)), layouts[a]) is not None
         ]
@@ -167,7 +167,7 @@ def write_submissions(course: C.Course, plan: Plan) -> None:
             for v in variants:
                 submit(variant_student(kind, a, v), a, C.with_cells(ref, {v.cell: v.source}))
 
-        for cheat in K.CHEATS:
+        for cheat in K.ALL:
             if a in plan.cheats.get(cheat.name, []):
                 submit(cheat_student(a, cheat.name), a, cheat.build(blank, layout))
 

@@ -1,9 +1,18 @@
-"""Cheating through nbgrader: every submission below has wrong or empty answers and tries to
-earn points anyway (see ``cheats.CHEATS``). None may earn any; an answer that delegates to the
-built-in scores 0 for that exercise and its feedback says why.
+"""Cheating through nbgrader: every submission of ``cheats.CHEATS`` has wrong or empty answers
+and tries to earn points anyway (by rebinding torch, the checks, the modules, the import system,
+frames, closures, the tracer, or the kernel's answers to the grader). None may earn any: at
+autograde the verdict of every test cell is decided outside the student's kernel
+(encoder_lib.autograde.judge). An answer that delegates to the built-in scores 0 for that
+exercise and its feedback says why.
 
-A cheat that still earns points is marked ``xfail(strict=True)`` in ``HOLES`` with what it earns,
-so the suite stays green until the grader is fixed, then demands that the mark be removed.
+The ratchet: ``cheats.REQUIRED`` lists every trick known so far and none may disappear; a new
+trick is added to ``cheats.CHEATS`` (and to ``REQUIRED``) first, as a test. A cheat that still
+earns points goes in ``HOLES`` (``xfail(strict=True)`` with what it earns) until the grader is
+fixed; ``HOLES`` must be empty on main.
+
+``cheats.ACCEPTED`` is what the design does not prevent (README, "How grading works"): a right
+answer got from the forbidden built-in with the kernel's traps switched off earns that
+exercise's points, and nothing else.
 """
 
 from __future__ import annotations
@@ -13,8 +22,6 @@ import pytest
 from pipeline import cheats as K
 from pipeline import roster as R
 
-# Cheats that earned points when this file was written: name -> what happens. The grader is
-# encoder_lib/grading (not owned by these tests); remove an entry once the hole is closed.
 HOLES: dict[str, str] = {}
 
 
@@ -26,6 +33,15 @@ def cheat_params():
             marks = [pytest.mark.xfail(strict=True, reason=HOLES[cheat.name])]
         params.append(pytest.param(cheat, id=cheat.name, marks=marks))
     return params
+
+
+def test_the_ratchet_holds():
+    names = [cheat.name for cheat in K.CHEATS]
+    assert len(names) == len(set(names))
+    missing, unlisted = K.REQUIRED - set(names), set(names) - K.REQUIRED
+    assert not missing, f"cheats removed: {sorted(missing)}"
+    assert not unlisted, f"add new cheats to REQUIRED: {sorted(unlisted)}"
+    assert HOLES == {}, "a cheat earns points: fix the grader before landing"
 
 
 @pytest.mark.parametrize("cheat", cheat_params())
@@ -51,6 +67,20 @@ def test_cheat_earns_no_points(graded, cheat):
         if cheat.says:
             text = graded.feedback(student, a)
             assert K.C.says(text, cheat.says), f"feedback of {student} does not say why"
+
+
+@pytest.mark.parametrize("cheat", K.ACCEPTED, ids=[c.name for c in K.ACCEPTED])
+def test_what_the_design_accepts_earns_only_the_delegated_exercise(graded, cheat):
+    targets = graded.plan.cheats.get(cheat.name, [])
+    if not targets:
+        pytest.skip(f"no notebook has the exercise {cheat.name} needs yet")
+    for a in targets:
+        student = R.cheat_student(a, cheat.name)
+        layout = graded.plan.layouts[a]
+        scores = graded.scores(student, a)
+        gid = next(g for g in layout.answers if g in _changed_cells(graded, student, a))
+        own = set(layout.own_tests[gid])
+        assert {c for c, s in scores.items() if s} == own, scores
 
 
 def _changed_cells(graded, student, assignment) -> set[str]:
