@@ -1,48 +1,49 @@
-"""Checks for notebook 05, assembling the encoder.
+"""Notebook 05: assembling the encoder, as data for the runner.
 
-Exercises and the mistakes their checks name:
-
-``check_sinusoidal_positional_encoding`` (a): sines and cosines concatenated (first half sin,
-second half cos) instead of interleaved; the frequency taken from the column index j,
-10000^(j/D), instead of the pair index, 10000^(2i/D); the factor 2 missing, 10000^(i/D); sin and
-cos swapped; the position multiplied by 10000^(2i/D) instead of divided; a sequence-first
-``(max_len, 1, D)`` or batched ``(1, max_len, D)`` table; a transposed table; integer output.
-
-``check_make_padding_mask`` (b): reversed polarity (True at padding); the shape ``(B, L)``,
-which broadcasts against the queries instead of the keys; ``(B, 1, L, 1)``, which masks queries;
-``(B, 1, L)``, which lines the batch up with the heads; a non-boolean mask; a pad id hard-coded
-to 0; ``token_ids`` modified in place.
-
-``check_encoder_layer`` (c): no residual (around either sub-layer or both); the norm in the wrong
-place (pre-norm when ``norm_first=False``, post-norm when ``norm_first=True``, the norm inside
-the residual branch, a pre-norm residual that adds the normalised x); no FFN activation; the
-mask ignored (including a misspelt keyword swallowed by ``**kwargs``: the check passes
-``mask=`` by keyword) or inverted; dropout active in eval mode; padding leaking into real
-positions (changing the padded positions of x must not change the real ones); no gradient.
-
-``check_encoder`` (d): no positional encoding (also found by permuting the tokens); a
-sequence-first table indexed with the batch size (position b added to all of sequence b) or
-broadcast against batch-first data; embeddings scaled by sqrt(D) twice, or not at all (the given
-``TokenEmbedding`` already scales, so the forward must not); the positional encoding scaled too;
-no padding mask passed to the layers, or one passed under a misspelt keyword; a mask with
-reversed polarity, the wrong shape or the wrong pad id; dropout missing or misplaced; layers
-skipped, repeated or their outputs discarded.
+- ``check_sinusoidal_positional_encoding(fn)``, exercise (a): the ``(max_len, D)`` table.
+  Named: sines and cosines concatenated instead of interleaved; the frequency from the column
+  index j, 10000^(j/D), instead of the pair index; the factor 2 missing, 10000^(i/D); sin and
+  cos swapped; the position multiplied by 10000^(2i/D); a sequence-first ``(max_len, 1, D)`` or
+  batched ``(1, max_len, D)`` table; a transposed table; a table that is not floating-point.
+- ``check_make_padding_mask(fn)``, exercise (b): the boolean ``(B, 1, 1, L)`` mask. Named: the
+  polarity reversed; the shapes ``(B, L)``, ``(B, 1, L, 1)`` (masks queries) and ``(B, 1, L)``;
+  a non-boolean mask; the pad id hard-coded to 0.
+- ``check_encoder_layer(EncoderLayer)``, exercise (c). Named: no residual (around either
+  sub-layer or both); the norm in the wrong place (pre-norm when ``norm_first=False`` and the
+  reverse, the norm inside the residual branch, a pre-norm residual adding the normalised x); no
+  FFN activation; the mask ignored (also when a misspelt keyword is swallowed by ``**kwargs``:
+  the check passes ``mask=`` by keyword) or inverted; padding leaking into real positions; in
+  training mode, dropout missing (all of it, ``dropout1``, ``dropout2`` or the FFN's) or in the
+  wrong place (on the attention's or the FFN's input, on the residual sum, after the norm);
+  dropout still active in eval mode; no gradient.
+- ``check_encoder(Encoder)``, exercise (d). Named: no positional encoding (also found by
+  permuting the tokens); a sequence-first table indexed with the batch size or broadcast against
+  batch-first data; embeddings scaled by sqrt(D) twice or not at all; the positional encoding
+  scaled too; no mask passed to the layers, a misspelt mask keyword, a mask with reversed
+  polarity, the wrong shape or the wrong pad id; dropout missing in training, in the wrong place
+  (before the positional encoding is added, on it alone, twice, between the layers, on the
+  output) or still active in eval mode; layers skipped, repeated or their outputs discarded.
 
 Design choices:
-- (d) does not depend on (c): the check builds the student's ``Encoder`` and swaps its
-  ``layers`` for reference ``encoder_lib.EncoderLayer`` s (allowed in (d), so a student stuck on
-  (c) can still finish (d)) that record the input and mask they receive. Mistakes are named at
-  the first layer's input and at the mask, not only at the output.
-- (d) does depend on (b) when the forward calls the student's ``make_padding_mask`` (as the
-  solution does); ``encoder_lib.padding_mask`` is allowed there for a student stuck on (b).
-- The given ``__init__`` of ``Encoder`` registers ``encoder_lib.sinusoidal_table`` as the buffer
-  ``pe``, so (d) does not depend on (a) either.
+- (d) does not depend on (c): its scenario (``observe.SCENARIOS["encoder.recorded_layers"]``,
+  run in the student's kernel) builds the student's ``Encoder`` and replaces its ``layers`` by
+  ``encoder_lib.EncoderLayer`` s with weights sent by the check, each wrapped to record what it
+  receives (its input, the mask, any other keyword). Only those facts come back; every
+  comparison happens here, so a mistake is named where it happens (the first layer's input, the
+  mask, the chaining of the layers), not only at the output.
+- (d) depends on (b) when the forward calls the student's ``make_padding_mask`` (as the solution
+  does); ``encoder_lib.padding_mask`` is allowed in (d) for a student stuck on (b). The given
+  ``__init__`` registers ``encoder_lib.sinusoidal_table`` as the buffer ``pe``, so (d) does not
+  depend on (a) either.
+- Dropout is deterministic while student code runs (``observe.deterministic_dropout``, also
+  inside the attention), so training-mode cases compare with ``encoder_lib`` run under
+  ``reference_mode`` and show where each dropout sits.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
+import dataclasses
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -51,8 +52,10 @@ from torch import nn
 
 import encoder_lib
 
-from . import _core
-from ._core import GradingError
+from . import observe, runner
+from .feedback import GradingError
+from .observe import Call, Failure, Forbidden, Observation
+from .runner import Ask, Case, Exercise, ModuleSpec, close, keep_first, randn, reference_mode
 
 __all__ = [
     "check_sinusoidal_positional_encoding",
@@ -61,36 +64,41 @@ __all__ = [
     "check_encoder",
 ]
 
-# References captured at import, before any student cell runs.
-_table = encoder_lib.sinusoidal_table
-_padding_mask = encoder_lib.padding_mask
-_RefLayer = encoder_lib.EncoderLayer
-_TokenEmbedding = encoder_lib.TokenEmbedding
-
-_FORBIDDEN_PE = (encoder_lib.sinusoidal_table, encoder_lib.SinusoidalPositionalEncoding)
-_FORBIDDEN_MASK = (encoder_lib.padding_mask,)
-_FORBIDDEN_TORCH_LAYER = {
+_LAYER_KERNELS = {
     torch._transformer_encoder_layer_fwd: "torch._transformer_encoder_layer_fwd "
     "(nn.TransformerEncoderLayer's fused kernel)",
     F.multi_head_attention_forward: "F.multi_head_attention_forward "
     "(nn.MultiheadAttention, inside nn.TransformerEncoderLayer)",
 }
-_FORBIDDEN_LAYER = (encoder_lib.EncoderLayer, nn.TransformerEncoderLayer)
-_FORBIDDEN_ENCODER = (
-    encoder_lib.TransformerEncoder,
-    encoder_lib.SentenceEncoder,
-    nn.TransformerEncoder,
-    nn.TransformerEncoderLayer,
+observe.FORBIDDEN["sinusoidal_positional_encoding"] = Forbidden(
+    python={
+        encoder_lib.sinusoidal_table: "encoder_lib.embeddings.sinusoidal_table",
+        encoder_lib.SinusoidalPositionalEncoding: (
+            "encoder_lib.embeddings.SinusoidalPositionalEncoding"
+        ),
+    }
 )
-_FORBIDDEN_D = (_FORBIDDEN_TORCH_LAYER, _FORBIDDEN_ENCODER)
-
-
-# --- helpers -------------------------------------------------------------------------------------
+observe.FORBIDDEN["make_padding_mask"] = Forbidden(
+    python={encoder_lib.padding_mask: "encoder_lib.masks.padding_mask"}
+)
+# nn.TransformerEncoderLayer always reaches one of _LAYER_KERNELS, which a message names.
+observe.FORBIDDEN["encoder_layer"] = Forbidden(
+    torch=_LAYER_KERNELS, python={encoder_lib.EncoderLayer: "encoder_lib.encoder.EncoderLayer"}
+)
+observe.FORBIDDEN["encoder"] = Forbidden(
+    torch=_LAYER_KERNELS,
+    python={
+        encoder_lib.TransformerEncoder: "encoder_lib.encoder.TransformerEncoder",
+        encoder_lib.SentenceEncoder: "encoder_lib.model.SentenceEncoder",
+        nn.TransformerEncoder: "nn.TransformerEncoder",
+        nn.TransformerEncoderLayer: "nn.TransformerEncoderLayer",
+    },
+)
 
 
 def _ids(batch: int, length: int, vocab: int, pad: int, lengths: list[int], seed: int):
     """Token ids ``(B, L)``: row b has ``lengths[b]`` real tokens (never ``pad``), then padding."""
-    g = _core.generator(seed)
+    g = torch.Generator().manual_seed(seed)
     ids = torch.randint(0, vocab - 1, (batch, length), generator=g)
     ids = ids + (ids >= pad).long()  # skip the pad id
     for b, n in enumerate(lengths):
@@ -98,21 +106,13 @@ def _ids(batch: int, length: int, vocab: int, pad: int, lengths: list[int], seed
     return ids
 
 
-def _with_hint(err: GradingError, hints: dict[str, str]) -> GradingError:
-    """Append a hint when the message of the exception behind ``err`` contains a key of
-    ``hints``."""
-    cause = err.__cause__
-    text = f"{cause}" if cause is not None else ""
-    for key, hint in hints.items():
-        if key in text:
-            return GradingError(f"{err} {hint}")
-    return err
+def _dropout(p: float) -> Callable[[torch.Tensor], torch.Tensor]:
+    """Dropout with probability p as student code gets it (call under ``reference_mode``)."""
+    return lambda t: F.dropout(t, p, training=True) if p > 0 else t
 
 
-_PAIR_HINT = {
-    "tuple": "(self.self_attn returns a pair (output, weights): unpack it, e.g. "
-    "`attn, _ = self.self_attn(x, x, x, mask)`.)",
-}
+def _same(t: torch.Tensor) -> torch.Tensor:
+    return t
 
 
 # --- (a) sinusoidal positional encoding ----------------------------------------------------------
@@ -125,8 +125,7 @@ def _pe_variant(max_len: int, d_model: int, kind: str) -> torch.Tensor:
     pair = torch.arange(0, d_model, 2, dtype=torch.float64)  # 2i, (D/2,)
     if kind == "column":  # column j uses 10000^(j/D)
         angle = pos / 10000.0 ** (col / d_model)
-        table = torch.where(col.long() % 2 == 0, torch.sin(angle), torch.cos(angle))
-        return table
+        return torch.where(col.long() % 2 == 0, torch.sin(angle), torch.cos(angle))
     if kind == "concat":
         angle = pos / 10000.0 ** (pair / d_model)
         return torch.cat([torch.sin(angle), torch.cos(angle)], dim=-1)
@@ -154,446 +153,581 @@ _PE_MISTAKES = {
     "missing), i.e. 10000^(2i/D) where 2i is the even column of the pair.",
     "swapped": "sin and cos are swapped: even columns 2i hold sin, odd columns 2i+1 hold cos.",
 }
-_PE_MULTIPLY = (
-    "the position is multiplied by 10000^(2i/D); it must be divided by it, pos / 10000^(2i/D), "
-    "so that the wavelengths grow along D."
-)
 
 
-@_core.guarded
-def check_sinusoidal_positional_encoding(fn: Callable, thorough: bool = False) -> None:
-    """``fn(max_len, d_model)`` must return the ``(max_len, D)`` table with PE[pos, 2i] =
-    sin(pos / 10000^(2i/D)) and PE[pos, 2i+1] = cos(pos / 10000^(2i/D))."""
-    cases = [(50, 16), (7, 4)]
+def _pe_case(max_len: int, d_model: int) -> Case:
+    table = encoder_lib.sinusoidal_table(max_len, d_model)  # (max_len, D), torch's default dtype
+    multiplied = _pe_variant(max_len, d_model, "multiply")
+
+    def multiplies(obs: Observation, ask: Ask) -> str | None:
+        # The angles pos * 10000^(2i/D) are huge, so float32 rounding makes all but the first
+        # rows differ from any float64 table: compare positions 0 and 1 only.
+        if close(obs.value[:2], multiplied[:2], atol=2e-2, rtol=0.0):
+            return (
+                "the position is multiplied by 10000^(2i/D); it must be divided by it, "
+                "pos / 10000^(2i/D), so that the wavelengths grow along D."
+            )
+        return None
+
+    layout = "the Encoder adds self.pe[:L] to batch-first (B, L, D) data, where the (L, D) table"
+    case = Case(
+        Call(
+            "sinusoidal_positional_encoding", "sinusoidal_positional_encoding", (max_len, d_model)
+        ),
+        f"sinusoidal_positional_encoding({max_len}, {d_model})",
+        expected=table,
+        mistakes=lambda: {
+            text: _pe_variant(max_len, d_model, k) for k, text in _PE_MISTAKES.items()
+        },
+        probes=(multiplies,),
+        slots=("the table",),
+        letters=("(max_len, D)",),
+        shape_hints=(
+            {
+                (max_len, 1, d_model): "That is a sequence-first (max_len, 1, D) table: return the "
+                f"plain table; {layout} broadcasts over the batch.",
+                (1, max_len, d_model): "That is a batched (1, max_len, D) table: return the plain "
+                f"table; {layout} broadcasts over the batch.",
+            },
+        ),
+        atol=1e-4,
+        rtol=0.0,
+        messages={
+            "dtype": "{slot} has dtype {got}; it must be a floating-point tensor (sin and cos of "
+            "the angles, between -1 and 1)."
+        },
+    )
+
+    def any_float(obs: Observation, ask: Ask) -> None:
+        """Any floating-point dtype is a right answer: compare in the answer's own."""
+        got = obs.value
+        floating = isinstance(got, torch.Tensor) and got.is_floating_point()
+        want = table.to(got.dtype) if floating else table
+        runner.judge(dataclasses.replace(case, judge=None, expected=want), obs, ask)
+
+    case.judge = any_float
+    return case
+
+
+def _pe_cases(thorough: bool) -> Iterator[Case]:
+    sizes = [(50, 16), (7, 4)]
     if thorough:
-        cases += [(1, 2), (9, 6), (128, 64), (3, 32)]
-    for max_len, d_model in cases:
-        what = f"sinusoidal_positional_encoding({max_len}, {d_model})"
-        expected = _table(max_len, d_model).to(torch.float64)
-        mistakes = {
-            text: _pe_variant(max_len, d_model, kind) for kind, text in _PE_MISTAKES.items()
-        }
-        with _core.student_call("sinusoidal_positional_encoding", forbidden_python=_FORBIDDEN_PE):
-            out = fn(max_len, d_model)
-        _core.expect_tensor(out, what)
-        shape = tuple(out.shape)
-        if shape in ((max_len, 1, d_model), (1, max_len, d_model)):
-            layout = (
-                "sequence-first (max_len, 1, D)" if shape[1] == 1 else "batched (1, max_len, D)"
-            )
-            raise GradingError(
-                f"{what} has shape {shape}: that is a {layout} table. Return the plain table "
-                f"(max_len, D) = {(max_len, d_model)}; the Encoder adds self.pe[:L] to batch-first "
-                "(B, L, D) data, where the (L, D) table broadcasts over the batch."
-            )
-        _core.expect_shape(out, (max_len, d_model), what, "(max_len, D)")
-        if not out.is_floating_point():
-            raise GradingError(
-                f"{what} has dtype {out.dtype}; it must be a floating-point tensor (sin and cos "
-                "of the angles, between -1 and 1)."
-            )
-        multiplied = _pe_variant(max_len, d_model, "multiply")
+        sizes += [(1, 2), (9, 6), (128, 64), (3, 32)]
+    for max_len, d_model in sizes:
+        yield _pe_case(max_len, d_model)
 
-        def multiplies(out=out, multiplied=multiplied) -> str | None:
-            # The angles pos * 10000^(2i/D) are huge, so float32 rounding makes all but the
-            # first rows differ from any float64 table: compare positions 0 and 1 only.
-            if _core._close(out[:2], multiplied[:2], atol=2e-2, rtol=0.0):
-                return _PE_MULTIPLY
-            return None
 
-        _core.expect_close(out, expected, what, mistakes, atol=1e-4, rtol=0.0, probes=(multiplies,))
+check_sinusoidal_positional_encoding = runner.register(
+    Exercise(
+        "sinusoidal_positional_encoding",
+        "Exercise (a) · sinusoidal_positional_encoding",
+        "sinusoidal_positional_encoding",
+        "test_sinusoidal_positional_encoding",
+        "function",
+        "keep the given `def sinusoidal_positional_encoding(max_len, d_model):`",
+        _pe_cases,
+    )
+)
 
 
 # --- (b) padding mask ----------------------------------------------------------------------------
 
 
-@_core.guarded
-def check_make_padding_mask(fn: Callable, thorough: bool = False) -> None:
-    """``fn(token_ids, pad_id)`` must return a boolean ``(B, 1, 1, L)`` mask, True at real
-    tokens (may attend) and False at padding."""
-    cases = [
-        (_ids(3, 6, 20, 0, [4, 2, 6], seed=51), 0),
-        (_ids(2, 5, 20, 3, [5, 1], seed=52), 3),
-    ]
-    if thorough:
-        cases += [
-            (_ids(1, 1, 9, 0, [1], seed=53), 0),
-            (_ids(4, 9, 30, 7, [9, 3, 0, 5], seed=54), 7),
-            (_ids(5, 2, 12, 1, [2, 1, 2, 0, 1], seed=55), 1),
-        ]
-    for token_ids, pad_id in cases:
-        _check_mask_case(fn, token_ids, pad_id)
-
-
-def _check_mask_case(fn: Callable, token_ids: torch.Tensor, pad_id: int) -> None:
+def _mask_case(token_ids: torch.Tensor, pad_id: int) -> Case:
     B, L = token_ids.shape
-    what = f"make_padding_mask(token_ids of shape {(B, L)}, pad_id={pad_id})"
-    expected = _padding_mask(token_ids, pad_id)  # (B, 1, 1, L)
-    given = token_ids.clone()
-    with _core.student_call("make_padding_mask", forbidden_python=_FORBIDDEN_MASK):
-        out = fn(given, pad_id)
-    if not torch.equal(given, token_ids):
-        raise GradingError(f"{what} modified token_ids in place; build a new tensor instead.")
-    _core.expect_tensor(out, what)
-    shape = tuple(out.shape)
-    if shape != (B, 1, 1, L):
-        if shape == (B, L):
-            raise GradingError(
-                f"{what} has shape (B, L) = {shape}. Attention scores have shape "
-                "(B, H, L_q, L_k), and a (B, L) mask broadcasts against their last two "
-                "dimensions (L_q, L_k): it lines the batch up with the queries instead of "
-                "masking the keys (and fails unless B = L). Add two singleton dimensions: "
-                f"(B, 1, 1, L) = {(B, 1, 1, L)}."
-            )
-        if shape == (B, 1, L, 1):
-            raise GradingError(
-                f"{what} has shape (B, 1, L, 1) = {shape}: it masks the queries (rows of the "
-                "score matrix) instead of the keys (columns). Every query may look at every real "
-                f"key: use (B, 1, 1, L) = {(B, 1, 1, L)}."
-            )
-        if shape == (B, 1, L):
-            raise GradingError(
-                f"{what} has shape (B, 1, L) = {shape}: against scores (B, H, L_q, L_k) it lines "
-                f"the batch up with the heads. Use (B, 1, 1, L) = {(B, 1, 1, L)}."
-            )
-        _core.expect_shape(out, (B, 1, 1, L), what, "(B, 1, 1, L)")
-    if out.dtype != torch.bool:
-        numbers = out.detach()
-        polarity = ""
-        if torch.equal(numbers != 0, ~expected):
-            polarity = " It is also reversed: True (1) must mark the real tokens."
-        raise GradingError(
-            f"{what} has dtype {out.dtype}; it must be boolean (torch.bool), True = may attend. "
-            f"Compare the ids with pad_id (`!=`) and keep the result as it is.{polarity}"
+    expected = encoder_lib.padding_mask(token_ids, pad_id)  # (B, 1, 1, L)
+    mistakes = {
+        "it has the wrong polarity: it is True at padding and False at real tokens. In this "
+        "course True means 'may attend' (as in F.scaled_dot_product_attention), so real tokens "
+        "are True. (PyTorch's key_padding_mask is the opposite: True = ignore.)": ~expected
+    }
+    if pad_id != 0:
+        mistakes[
+            f"it compares the ids with 0 instead of pad_id = {pad_id}: use the pad_id argument, "
+            "the padding id is not always 0."
+        ] = (token_ids != 0)[:, None, None, :]
+
+    def first_difference(obs: Observation, ask: Ask) -> str | None:
+        b, pos = (obs.value != expected)[:, 0, 0, :].nonzero()[0].tolist()
+        return (
+            f"at batch {b}, position {pos} (token id {int(token_ids[b, pos])}) it gives "
+            f"{bool(obs.value[b, 0, 0, pos])}, expected {bool(expected[b, 0, 0, pos])} (True "
+            "exactly where token_ids != pad_id)."
         )
-    if torch.equal(out, expected):
-        return
-    if torch.equal(out, ~expected):
-        raise GradingError(
-            f"{what} has the wrong polarity: it is True at padding and False at real tokens. In "
-            "this course True means 'may attend' (as in F.scaled_dot_product_attention), so real "
-            "tokens are True. (PyTorch's key_padding_mask is the opposite: True = ignore.)"
-        )
-    if pad_id != 0 and torch.equal(out, (token_ids != 0)[:, None, None, :]):
-        raise GradingError(
-            f"{what} compares the ids with 0 instead of pad_id = {pad_id}: use the pad_id "
-            "argument, the padding id is not always 0."
-        )
-    b, pos = (out != expected)[:, 0, 0, :].nonzero()[0].tolist()
-    raise GradingError(
-        f"{what} does not match the reference: at batch {b}, position {pos} (token id "
-        f"{int(token_ids[b, pos])}) it gives {bool(out[b, 0, 0, pos])}, expected "
-        f"{bool(expected[b, 0, 0, pos])} (True exactly where token_ids != pad_id)."
+
+    right = f"(B, 1, 1, L) = {(B, 1, 1, L)}"
+    return Case(
+        Call("make_padding_mask", "make_padding_mask", (token_ids, pad_id)),
+        f"make_padding_mask(token_ids of shape {(B, L)}, pad_id={pad_id})",
+        expected=expected,
+        mistakes=mistakes,
+        probes=(first_difference,),
+        slots=("the mask",),
+        letters=("(B, 1, 1, L)",),
+        shape_hints=(
+            {
+                (B, L): "Attention scores have shape (B, H, L_q, L_k), and a mask of shape (B, L) "
+                "broadcasts against their last two dimensions (L_q, L_k): it lines the batch up "
+                "with the queries instead of masking the keys (and fails unless B = L). Add two "
+                f"singleton dimensions: {right}.",
+                (B, 1, L, 1): "That shape masks the queries (rows of the score matrix) instead of "
+                f"the keys (columns). Every query may look at every real key: use {right}.",
+                (B, 1, L): "Against scores (B, H, L_q, L_k) that shape lines the batch up with the "
+                f"heads. Use {right}.",
+            },
+        ),
+        inputs={"args[0]": "token_ids"},
+        messages={
+            "dtype": "{slot} has dtype {got}; it must be boolean (torch.bool), True = may attend. "
+            "Compare the ids with pad_id (`!=`) and keep the result as it is."
+        },
     )
+
+
+def _mask_cases(thorough: bool) -> Iterator[Case]:
+    yield _mask_case(_ids(3, 6, 20, 0, [4, 2, 6], seed=51), 0)
+    yield _mask_case(_ids(2, 5, 20, 3, [5, 1], seed=52), 3)
+    if thorough:
+        yield _mask_case(_ids(1, 1, 9, 0, [1], seed=53), 0)
+        yield _mask_case(_ids(4, 9, 30, 7, [9, 3, 0, 5], seed=54), 7)
+        yield _mask_case(_ids(5, 2, 12, 1, [2, 1, 2, 0, 1], seed=55), 1)
+
+
+check_make_padding_mask = runner.register(
+    Exercise(
+        "make_padding_mask",
+        "Exercise (b) · make_padding_mask",
+        "make_padding_mask",
+        "test_make_padding_mask",
+        "function",
+        "keep the given `def make_padding_mask(token_ids, pad_id):`",
+        _mask_cases,
+    )
+)
 
 
 # --- (c) encoder layer ---------------------------------------------------------------------------
 
 
 def _reference_layer(
-    d_model: int, num_heads: int, d_ff: int, dropout: float, norm_first: bool, seed: int
-) -> nn.Module:
-    """An ``encoder_lib.EncoderLayer`` in float64 with every parameter random (no zero bias or
-    unit gain that could hide a swapped or missing parameter), in eval mode."""
-    with _core.seeded(seed):
-        ref = _RefLayer(d_model, num_heads, d_ff, dropout, "relu", norm_first).double()
-    g = _core.generator(seed + 1)
+    D: int, H: int, d_ff: int, p: float, norm_first: bool, seed: int, dtype=torch.float64
+) -> encoder_lib.EncoderLayer:
+    """An ``encoder_lib.EncoderLayer`` in eval mode with every parameter random (no unit gain or
+    zero bias that could hide a swapped or missing parameter)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        ref = encoder_lib.EncoderLayer(D, H, d_ff, p, "relu", norm_first).to(torch.float64)
     with torch.no_grad():
-        for name, p in ref.named_parameters():
-            noise = torch.randn(p.shape, generator=g, dtype=p.dtype)
+        for i, (name, param) in enumerate(ref.named_parameters()):
+            noise = randn(*param.shape, seed=seed * 100 + i)
             if name.startswith("norm") and name.endswith("weight"):
-                p.copy_(1.0 + 0.3 * noise)
+                param.copy_(1.0 + 0.3 * noise)
             elif name.endswith("bias"):
-                p.copy_(0.2 * noise)
-    return ref.eval()
+                param.copy_(0.2 * noise)
+    return ref.to(dtype).eval()
 
 
-def _layer_mistakes(ref: nn.Module, x: torch.Tensor, mask: Any, norm_first: bool):
-    """The outputs of the classic layer mistakes, computed with the reference's sub-modules."""
-    n1, n2 = ref.norm1, ref.norm2
+def _layer_formula(
+    ref: encoder_lib.EncoderLayer,
+    x: torch.Tensor,
+    norm_first: bool,
+    mask: torch.Tensor | None,
+    drops: tuple[Callable, Callable, Callable],
+    at: tuple[str, str] = ("out", "out"),
+    act: bool = True,
+    residual: tuple[bool, bool] = (True, True),
+    form: str = "",
+) -> torch.Tensor:
+    """An encoder layer written out with ``ref``'s sub-modules, with one mistake or none.
 
-    def sa(h, m=mask):
-        return ref.self_attn(h, h, h, m, need_weights=False)[0]
+    ``drops`` are the dropouts (identity when off) of the attention output, the FFN's hidden
+    units and the FFN output; ``at`` is where the first and last sit in their sub-layer: on its
+    output ("out", right), its input ("in"), the residual sum ("sum") or after the norm
+    ("after"). ``form`` "norm_in_branch" is x + norm(sublayer(x)); "normalised_skip" is
+    h = norm(x); h + sublayer(h)."""
+    d1, dh, d2 = drops
 
-    def ff(h, act=True):
+    def attention(h: torch.Tensor) -> torch.Tensor:
+        return ref.self_attn(h, h, h, mask, need_weights=False)[0]
+
+    def ffn(h: torch.Tensor) -> torch.Tensor:
         hidden = ref.linear1(h)
-        return ref.linear2(ref.activation(hidden) if act else hidden)
+        return ref.linear2(dh(ref.activation(hidden) if act else hidden))
 
-    def post(x, m=mask, act=True, r1=True, r2=True):
-        h = n1((x if r1 else 0) + sa(x, m))
-        return n2((h if r2 else 0) + ff(h, act))
+    sublayers = ((attention, ref.norm1, d1), (ffn, ref.norm2, d2))
+    for (sublayer, norm, drop), skip, at_ in zip(sublayers, residual, at, strict=True):
+        if form == "norm_in_branch":
+            x = x + norm(drop(sublayer(x)))
+            continue
+        if form == "normalised_skip":
+            x = norm(x)
+            x = x + drop(sublayer(x))
+            continue
+        h = norm(x) if norm_first else x
+        y = sublayer(drop(h)) if at_ == "in" else sublayer(h)
+        total = (x if skip else 0) + (drop(y) if at_ == "out" else y)
+        total = drop(total) if at_ == "sum" else total
+        x = total if norm_first else norm(total)
+        x = drop(x) if at_ == "after" else x
+    return x
 
-    def pre(x, m=mask, act=True, r1=True, r2=True):
-        h = (x if r1 else 0) + sa(n1(x), m)
-        return (h if r2 else 0) + ff(n2(h), act)
 
-    right = pre if norm_first else post
+_DROPOUT_SITES = (
+    "the attention output (self.dropout1)",
+    "the FFN's hidden units (self.dropout)",
+    "the FFN output (self.dropout2)",
+)
+_WHERE_DROPOUT_GOES = (
+    "apply self.dropout1 to the attention output and self.dropout2 to the FFN output, each "
+    "before it is added to the residual, and self.dropout to the FFN's hidden units (after the "
+    "activation)"
+)
+
+
+def _layer_mistakes(ref, x, mask, norm_first: bool, train: bool) -> dict[str, torch.Tensor]:
+    """Description -> the output of that mistake, computed with the reference's sub-modules."""
+    p = ref.dropout.p
+    d = _dropout(p) if train else _same
     mode = "norm_first=True (pre-norm)" if norm_first else "norm_first=False (post-norm)"
-    mistakes: dict[str, torch.Tensor] = {}
-    with torch.no_grad():
-        if norm_first:
-            mistakes[
-                f"with {mode} it normalises after adding the residual (post-norm): with "
-                "norm_first=True apply norm1/norm2 to the input of each sub-layer, "
-                "x = x + sublayer(norm(x)), and leave the residual sum un-normalised. Is "
-                "norm_first ignored?"
-            ] = post(x)
-            h = n1(x)
-            h = h + sa(h)
-            h2 = n2(h)
-            mistakes[
-                f"with {mode} the residual adds the normalised x: the skip connection must carry "
-                "the un-normalised input, x = x + sublayer(norm(x))."
-            ] = h2 + ff(h2)
-        else:
-            mistakes[
-                f"with {mode} it normalises the input of each sub-layer (pre-norm): the norm is "
-                "in the wrong place. Post-norm adds the residual first and then normalises, "
-                "x = norm(x + sublayer(x)). Is norm_first ignored?"
-            ] = pre(x)
-            h = x + n1(sa(x))
-            mistakes[
-                f"with {mode} the norm is inside the residual branch, x + norm(sublayer(x)); "
-                "post-norm normalises the sum: x = norm(x + sublayer(x))."
-            ] = h + n2(ff(h))
-        mistakes[
-            "there is no residual (skip) connection: each sub-layer's output must be added to "
-            "its input x before (post-norm) or after (pre-norm) the norm."
-        ] = right(x, r1=False, r2=False)
-        mistakes[
-            "the residual (skip) connection around the self-attention is missing: add the "
-            "sub-layer's input x to the attention output."
-        ] = right(x, r1=False)
-        mistakes[
-            "the residual (skip) connection around the feed-forward network is missing: add "
-            "the FFN's input to its output."
-        ] = right(x, r2=False)
-        mistakes[
-            "the FFN has no activation between linear1 and linear2 (two linear maps in a row are "
-            "one linear map): apply self.activation (ReLU) to linear1's output."
-        ] = right(x, act=False)
-        if mask is not None:
-            mistakes[
-                "it ignores the padding mask, so padding leaks into the real positions. Pass the "
-                "mask on to self.self_attn. The check calls layer(x, mask=mask) by keyword: a "
-                "parameter with another name (say src_mask) next to **kwargs swallows it."
-            ] = right(x, m=None)
-            mistakes[
-                "it inverts the mask: True already means 'may attend', so pass it to "
-                "self.self_attn as it is (no ~)."
-            ] = right(x, m=~mask)
-    return mistakes
 
+    def f(**kw: Any) -> torch.Tensor:
+        args = {"norm_first": norm_first, "mask": mask, "drops": (d, d, d)} | kw
+        return _layer_formula(ref, x, **args)
 
-def _make_layer(cls, args, kwargs, ref, seed):
-    forbidden = (_FORBIDDEN_TORCH_LAYER, _FORBIDDEN_LAYER)
-    with _core.student_call("EncoderLayer", *forbidden), _core.seeded(seed):
-        layer = cls(*args, **kwargs)
-    if not _core._isinstance(layer, nn.Module):
-        raise GradingError("EncoderLayer(...) should build an nn.Module: keep the given __init__.")
-    layer.double()
-    try:
-        layer.load_state_dict(ref.state_dict())
-    except Exception as e:
-        raise GradingError(
-            "EncoderLayer's parameters do not have the names of nn.TransformerEncoderLayer "
-            "(self_attn, linear1, linear2, norm1, norm2): keep the given __init__. "
-            f"load_state_dict said: {e}"
-        ) from e
-    return layer.eval()
-
-
-def _call_layer(layer, x, mask, what):
-    try:
-        with _core.student_call("EncoderLayer.forward", _FORBIDDEN_TORCH_LAYER, _FORBIDDEN_LAYER):
-            return layer(x, mask=mask)
-    except GradingError as e:
-        raise _with_hint(e, _PAIR_HINT) from e.__cause__
-
-
-def _check_layer_case(
-    cls, D, H, d_ff, dropout, norm_first, B, L, lengths, seed, mask_kind="padding"
-) -> None:
-    mode = "norm_first=True" if norm_first else "norm_first=False"
-    what = f"EncoderLayer({D}, {H}, {d_ff}, {mode}) on x of shape {(B, L, D)}"
-    ref = _reference_layer(D, H, d_ff, dropout, norm_first, seed)
-    x = _core.randn(B, L, D, seed=seed + 2)
-    if mask_kind == "padding":
-        mask = _core.keep_first(lengths, L)
-    elif mask_kind == "causal":
-        mask = encoder_lib.causal_mask(L)
+    m: dict[str, Any] = {}
+    if norm_first:
+        m[
+            f"with {mode} it normalises after adding the residual (post-norm): with "
+            "norm_first=True apply norm1/norm2 to the input of each sub-layer, "
+            "x = x + sublayer(norm(x)), and leave the residual sum un-normalised. Is "
+            "norm_first ignored?"
+        ] = lambda: f(norm_first=False)
+        m[
+            f"with {mode} the residual adds the normalised x: the skip connection must carry "
+            "the un-normalised input, x = x + sublayer(norm(x))."
+        ] = lambda: f(form="normalised_skip")
     else:
-        mask = None
-    with torch.no_grad():
-        expected = ref(x, mask)
-        mistakes = _layer_mistakes(ref, x, mask, norm_first)
-    layer = _make_layer(cls, (D, H, d_ff, dropout), {"norm_first": norm_first}, ref, seed)
-    with torch.no_grad():
-        out = _call_layer(layer, x.clone(), mask, what)
-    _core.expect_tensor(out, what)
-
-    def deterministic() -> str | None:
-        with torch.no_grad():
-            again = _call_layer(layer, x.clone(), mask, what)
-        if not _core._close(again, out, 1e-12, 0.0):
-            return (
-                "it gives different outputs for the same input in eval mode: dropout must be "
-                "off in eval. Use the nn.Dropout modules (self.dropout1, self.dropout, "
-                "self.dropout2), not F.dropout(x, p), which drops even in eval mode."
+        m[
+            f"with {mode} it normalises the input of each sub-layer (pre-norm): the norm is in "
+            "the wrong place. Post-norm adds the residual first and then normalises, "
+            "x = norm(x + sublayer(x)). Is norm_first ignored?"
+        ] = lambda: f(norm_first=True)
+        m[
+            f"with {mode} the norm is inside the residual branch, x + norm(sublayer(x)); "
+            "post-norm normalises the sum: x = norm(x + sublayer(x))."
+        ] = lambda: f(form="norm_in_branch")
+    m[
+        "there is no residual (skip) connection: each sub-layer's output must be added to its "
+        "input x before (post-norm) or after (pre-norm) the norm."
+    ] = lambda: f(residual=(False, False))
+    m[
+        "the residual (skip) connection around the self-attention is missing: add the "
+        "sub-layer's input x to the attention output."
+    ] = lambda: f(residual=(False, True))
+    m[
+        "the residual (skip) connection around the feed-forward network is missing: add the "
+        "FFN's input to its output."
+    ] = lambda: f(residual=(True, False))
+    m[
+        "the FFN has no activation between linear1 and linear2 (two linear maps in a row are one "
+        "linear map): apply self.activation (ReLU) to linear1's output."
+    ] = lambda: f(act=False)
+    if mask is not None:
+        m[
+            "it ignores the padding mask, so padding leaks into the real positions. Pass the mask "
+            "on to self.self_attn. The check calls layer(x, mask=mask) by keyword: a parameter "
+            "with another name (say src_mask) next to **kwargs swallows it."
+        ] = lambda: f(mask=None)
+        m[
+            "it inverts the mask: True already means 'may attend', so pass it to self.self_attn "
+            "as it is (no ~)."
+        ] = lambda: f(mask=~mask)
+    if train:
+        m[
+            f"it applies no dropout in training mode (dropout is missing in training): "
+            f"{_WHERE_DROPOUT_GOES}."
+        ] = lambda: f(drops=(_same, _same, _same))
+        for i, site in enumerate(_DROPOUT_SITES):
+            drops = tuple(_same if j == i else d for j in range(3))
+            m[f"in training mode there is no dropout on {site}: {_WHERE_DROPOUT_GOES}."] = (
+                lambda drops=drops: f(drops=drops)
             )
-        return None
+        wrong = {
+            "in": "to the sub-layer's input instead of its output",
+            "sum": "to the residual sum instead of the sub-layer's output alone",
+            "after": "after the norm instead of to the sub-layer's output",
+        }
+        for at, text in wrong.items():
+            for pair, where in (
+                ((at, "out"), "the attention sub-layer (self.dropout1)"),
+                (("out", at), "the feed-forward sub-layer (self.dropout2)"),
+                ((at, at), "both sub-layers"),
+            ):
+                if at != "after" or not norm_first:
+                    m[
+                        f"dropout is in the wrong place in {where}: it is applied {text}. "
+                        f"{_WHERE_DROPOUT_GOES[0].upper()}{_WHERE_DROPOUT_GOES[1:]}."
+                    ] = lambda pair=pair: f(at=pair)
+    else:
+        for i, site in enumerate(_DROPOUT_SITES):
+            for q in sorted({p, 0.5} - {0.0}):
+                drops = tuple(_dropout(q) if j == i else _same for j in range(3))
+                m[
+                    f"dropout is still active in eval mode (on {site}): use the nn.Dropout "
+                    "modules self.dropout1, self.dropout and self.dropout2, which model.eval() "
+                    "switches off, not F.dropout(x, p), which drops even in eval mode."
+                ] = lambda drops=drops: f(drops=drops)
+    with reference_mode(), torch.no_grad():
+        ref.train(train)
+        try:
+            return {text: value() for text, value in m.items()}
+        finally:
+            ref.eval()
 
-    def no_leak() -> str | None:
-        if mask is None or bool(mask.all()):
+
+def _layer_case(
+    D, H, d_ff, p, norm_first, B, L, lengths, seed, mask_kind="padding", train=False, dtype=None
+) -> Case:
+    dtype = dtype or torch.float64
+    ref = _reference_layer(D, H, d_ff, p, norm_first, seed, dtype)
+    x = randn(B, L, D, seed=seed + 2).to(dtype)
+    mask = {
+        "padding": keep_first(lengths, L),
+        "causal": encoder_lib.causal_mask(L),
+        "none": None,
+    }[mask_kind]
+    call = Call(
+        "EncoderLayer",
+        "encoder_layer",
+        (x,),
+        {"mask": mask},
+        init=((D, H, d_ff, p), {"norm_first": norm_first}),
+        dtype=dtype,
+        state=ref.state_dict(),
+        train=train,
+        seed=seed,
+    )
+    with reference_mode(), torch.no_grad():
+        expected = ref.train(train)(x, mask)
+        evaluated = ref.eval()(x, mask)
+
+    def no_leak(obs: Observation, ask: Ask) -> str | None:
+        if mask_kind != "padding" or bool(mask.all()) or train:
             return None
+        pad = ~keep_first(lengths, L, extra_axes=0)  # (B, L)
         other = x.clone()
-        pad = ~_core.keep_first(lengths, L, extra_axes=0)  # (B, L)
-        other[pad] = _core.randn(int(pad.sum()), D, seed=seed + 3)
-        with torch.no_grad():
-            changed = _call_layer(layer, other, mask, what)
-        real = ~pad
-        same_shape = _core._type(changed) is _core._Tensor and changed.shape == out.shape
-        if same_shape and not _core._close(changed[real], out[real]):
+        other[pad] = randn(int(pad.sum()), D, seed=seed + 3).to(dtype)
+        changed = ask(dataclasses.replace(call, args=(other,))).value
+        comparable = isinstance(changed, torch.Tensor) and changed.shape == obs.value.shape
+        if comparable and not close(changed[~pad], obs.value[~pad], 1e-5, 1e-4):
             return (
-                "padding leaks into the real positions: changing only the padded positions "
-                "of x changed the outputs at real positions. Pass the mask on to "
-                "self.self_attn (as it is, True = may attend); the check calls "
-                "layer(x, mask=mask) by keyword."
+                "padding leaks into the real positions: changing only the padded positions of x "
+                "changed the outputs at real positions. Pass the mask on to self.self_attn (as it "
+                "is, True = may attend); the check calls layer(x, mask=mask) by keyword."
             )
         return None
 
-    _core.expect_close(out, expected, what, mistakes, probes=(deterministic, no_leak))
-
-
-def _check_layer_gradients(cls, D, H, d_ff, seed) -> None:
-    ref = _reference_layer(D, H, d_ff, 0.1, False, seed)
-    layer = _make_layer(cls, (D, H, d_ff, 0.1), {"norm_first": False}, ref, seed)
-    mask = _core.keep_first([4, 2], 4)
-    x_ref = _core.randn(2, 4, D, seed=seed + 2).requires_grad_()
-    x = x_ref.detach().clone().requires_grad_()
-    w = _core.randn(2, 4, D, seed=seed + 4)
-    (ref(x_ref, mask) * w).sum().backward()
-    what = "EncoderLayer's gradients"
-    with _core.student_call("EncoderLayer.forward", _FORBIDDEN_TORCH_LAYER, _FORBIDDEN_LAYER):
-        out = layer(x, mask=mask)
-    _core.expect_tensor(out, "EncoderLayer's output")
-    if not out.requires_grad:
-        raise GradingError(
-            f"{what}: no gradient reaches the output, so the layer cannot be trained. Do not "
-            "detach tensors or use torch.no_grad() inside forward."
-        )
-    with _core.student_call("EncoderLayer's backward pass", _FORBIDDEN_TORCH_LAYER):
-        (out * w).sum().backward()
-    if x.grad is None:
-        raise GradingError(
-            f"{what}: no gradient reaches x. Do not detach tensors or use torch.no_grad() inside "
-            "forward."
-        )
-    _core.expect_close(x.grad, x_ref.grad, "the gradient of EncoderLayer's output w.r.t. x")
-    theirs = dict(ref.named_parameters())
-    for name, p in layer.named_parameters():
-        if p.grad is None:
-            raise GradingError(
-                f"{what}: parameter {name} gets no gradient: is it used in forward (and not "
-                "detached)?"
+    def right_in_eval(obs: Observation, ask: Ask) -> str | None:
+        if not train:
+            return None
+        if close(ask(dataclasses.replace(call, train=False)).value, evaluated, 1e-5, 1e-4):
+            return (
+                "it is right in eval mode but not in training mode, so its dropout is missing or "
+                f"in the wrong place: {_WHERE_DROPOUT_GOES}."
             )
-        _core.expect_close(p.grad, theirs[name].grad, f"the gradient of parameter {name}")
+        return None
 
-
-def _check_layer_trains_with_dropout(cls, D, H, d_ff, seed) -> None:
-    ref = _reference_layer(D, H, d_ff, 0.5, False, seed)
-    layer = _make_layer(cls, (D, H, d_ff, 0.5), {"norm_first": False}, ref, seed)
-    layer.self_attn.dropout = 0.0  # only the layer's own dropout modules may make a difference
-    x = _core.randn(2, 6, D, seed=seed + 2)
-    with torch.no_grad():
-        evaluated = _call_layer(layer, x, None, "EncoderLayer")
-        layer.train()
-        with _core.seeded(seed):
-            trained = _call_layer(layer, x, None, "EncoderLayer")
-    if _core._close(trained, evaluated, 1e-12, 0.0):
-        raise GradingError(
-            "EncoderLayer applies no dropout in training mode: pass the attention output "
-            "through self.dropout1 and the FFN output through self.dropout2 (and its hidden "
-            "units through self.dropout)."
+    def pair_hint(failure: Failure) -> str | None:
+        if "tuple" not in failure.message:
+            return None
+        return (
+            "self.self_attn returns a pair (output, weights): unpack it, e.g. "
+            "`attn, _ = self.self_attn(x, x, x, mask)`."
         )
 
+    mode = f"norm_first={norm_first}"
+    extra = {"padding": "", "causal": ", causal mask", "none": ", no mask"}[mask_kind]
+    what = f"EncoderLayer({D}, {H}, {d_ff}, {p}, {mode}) on x of shape {(B, L, D)}{extra}"
+    if dtype != torch.float64:
+        what += f" ({dtype})"
+    return Case(
+        call,
+        what + (" in training mode" if train else ""),
+        expected=expected,
+        mistakes=lambda: _layer_mistakes(ref, x, mask, norm_first, train),
+        probes=(no_leak, right_in_eval),
+        letters=("(B, L, D)",),
+        module=_LAYER_SPEC,
+        inputs={"args[0]": "x", "mask": "mask"},
+        failure_hint=pair_hint,
+    )
 
-@_core.guarded
-def check_encoder_layer(cls: type, thorough: bool = False) -> None:
-    """``cls(d_model, num_heads, d_ff, dropout, norm_first=...)`` with the given ``__init__``;
-    its ``forward(x, mask=None)`` must equal ``encoder_lib.EncoderLayer``, post-norm and
-    pre-norm, with a padding mask passed by keyword."""
-    _check_layer_case(cls, 16, 4, 32, 0.1, False, 2, 5, [5, 3], seed=61)
-    _check_layer_case(cls, 16, 4, 32, 0.1, True, 2, 5, [5, 3], seed=62)
+
+_LAYER_SPEC = ModuleSpec(
+    keep_init="keep the given __init__ (its sub-modules self_attn, linear1, linear2, norm1, norm2 "
+    "have the names of nn.TransformerEncoderLayer)"
+)
+
+
+def _layer_gradient_case(D: int, H: int, d_ff: int, seed: int) -> Case:
+    case = _layer_case(D, H, d_ff, 0.1, False, 2, 4, [4, 2], seed)
+    ref = _reference_layer(D, H, d_ff, 0.1, False, seed)
+    x = case.call.args[0].clone().requires_grad_()
+    upstream = randn(2, 4, D, seed=seed + 4)
+    (ref(x, case.call.kwargs["mask"]) * upstream).sum().backward()
+    grads = {f"parameters.{name}": param.grad for name, param in ref.named_parameters()}
+    case.call = dataclasses.replace(case.call, grad=("args[0]", "parameters"), upstream=(upstream,))
+    case.what += ", backpropagating"
+    case.grads = {"args[0]": x.grad, **grads}
+    case.grad_names = {name: name.removeprefix("parameters.") for name in grads}
+    return case
+
+
+def _layer_cases(thorough: bool) -> Iterator[Case]:
+    yield _layer_case(16, 4, 32, 0.1, False, 2, 5, [5, 3], seed=61)
+    yield _layer_case(16, 4, 32, 0.1, True, 2, 5, [5, 3], seed=62)
+    yield _layer_case(16, 4, 32, 0.1, False, 2, 5, [5, 3], seed=61, train=True)
+    yield _layer_case(16, 4, 32, 0.1, True, 2, 5, [5, 3], seed=62, train=True)
     if thorough:
-        _check_layer_case(cls, 8, 2, 16, 0.0, False, 1, 1, [1], seed=63)
-        _check_layer_case(cls, 12, 3, 24, 0.1, True, 3, 4, [4, 1, 2], seed=64)
-        _check_layer_case(cls, 12, 3, 24, 0.1, False, 2, 6, [6, 6], seed=65, mask_kind="none")
-        _check_layer_case(cls, 8, 2, 16, 0.1, True, 2, 5, [5, 5], seed=66, mask_kind="causal")
-        _check_layer_gradients(cls, 8, 2, 16, seed=67)
-        _check_layer_trains_with_dropout(cls, 8, 2, 16, seed=68)
+        yield _layer_case(8, 2, 16, 0.0, False, 1, 1, [1], seed=63)
+        yield _layer_case(12, 3, 24, 0.1, True, 3, 4, [4, 1, 2], seed=64)
+        yield _layer_case(12, 3, 24, 0.1, False, 2, 6, [6, 6], seed=65, mask_kind="none")
+        yield _layer_case(8, 2, 16, 0.1, True, 2, 5, [5, 5], seed=66, mask_kind="causal")
+        yield _layer_case(8, 2, 16, 0.5, False, 2, 6, [6, 6], seed=68, mask_kind="none", train=True)
+        yield _layer_case(12, 3, 24, 0.3, True, 3, 4, [4, 1, 2], seed=69, train=True)
+        yield _layer_case(16, 4, 32, 0.1, False, 2, 5, [5, 2], seed=70, dtype=torch.float32)
+        yield _layer_gradient_case(8, 2, 16, seed=67)
 
 
-# --- (d) the full encoder ------------------------------------------------------------------------
+check_encoder_layer = runner.register(
+    Exercise(
+        "encoder_layer",
+        "Exercise (c) · EncoderLayer",
+        "EncoderLayer",
+        "test_encoder_layer",
+        "class",
+        "keep the given `class EncoderLayer(nn.Module):` and its __init__, and write forward.",
+        _layer_cases,
+    )
+)
+
+
+# --- (d) the full encoder: the scenario, in the student's kernel ---------------------------------
+
+_SCENARIO = "encoder.recorded_layers"
 
 
 class _Recorder(nn.Module):
-    """Wraps a reference layer and records the input and mask it receives and what it returns."""
+    """A reference layer that records what the student's forward hands it."""
 
     def __init__(self, layer: nn.Module, index: int, log: list[dict[str, Any]]):
         super().__init__()
-        self.layer = layer
-        self.index = index
-        self.log = log
+        self.layer, self.index, self.log = layer, index, log
 
-    def forward(self, x: Any, mask: Any = None, **kwargs: Any) -> torch.Tensor:
-        if kwargs:
-            raise GradingError(
-                f"Encoder.forward calls the layers with the keyword {', '.join(kwargs)}, but "
-                "EncoderLayer.forward takes (x, mask=None): pass the mask as mask=mask. (A "
-                "misspelt keyword is dangerous: a layer whose forward has **kwargs would swallow "
-                "it and silently ignore the padding mask.)"
-            )
-        entry: dict[str, Any] = {"index": self.index, "x": x, "mask": mask}
+    def forward(self, x: Any = None, mask: Any = None, **kwargs: Any) -> Any:
+        (x_copy, x_facts), (mask_copy, mask_facts) = map(observe.export_value, (x, mask))
+        entry = {"index": self.index, "keywords": sorted(kwargs), "x": x_copy, "mask": mask_copy}
+        entry["classes"] = [facts.get("", {}).get("class") for facts in (x_facts, mask_facts)]
         self.log.append(entry)
-        out = self.layer(x, mask)
-        entry["out"] = out
-        return out
+        try:
+            return self.layer(x, mask)  # a misspelt keyword is ignored, as **kwargs would
+        except Exception as error:  # recorded: the check says what was wrong with x or mask
+            entry["error"] = f"{type(error).__name__}: {error}"
+            return x
+
+
+def _layer_from(options: Mapping[str, Any], state: Mapping[str, torch.Tensor], dtype):
+    D, H, d_ff = options["shape"]
+    with torch.random.fork_rng(devices=[]):
+        layer = encoder_lib.EncoderLayer(D, H, d_ff, 0.0).to(dtype)
+    layer.load_state_dict(state)
+    return layer
+
+
+def _run_encoder(lookup: Callable[[str], Any], call: Call) -> Observation:
+    """Build the student's Encoder, give it the check's embedding weights and recording
+    reference layers, run its forward on the token ids; record what each layer received."""
+    target = observe._lookup_target(lookup, call.target)
+    obs = Observation(info={"target": observe.kind_of(target)})
+    if not isinstance(target, type):
+        return obs
+    dtype = call.dtype or torch.float64
+    log: list[dict[str, Any]] = []
+    layers = [_layer_from(call.options, s, dtype) for s in call.options["layers"]]
+    ids = call.args[0].clone()
+    phase = "construct"
+    with observe.student_mode(call.exercise, call.seed) as seen:
+        try:
+            model = target(*call.init[0], **call.init[1])
+            obs.info["module"] = observe.describe_module(model)
+            if not isinstance(model, nn.Module):
+                return obs
+            embedding, own = getattr(model, "embedding", None), getattr(model, "layers", None)
+            obs.info["parts"] = {
+                "embedding": type(embedding) is encoder_lib.TokenEmbedding,
+                "layers": len(own) if isinstance(own, nn.ModuleList) else None,
+            }
+            if type(embedding) is not encoder_lib.TokenEmbedding or obs.info["parts"]["layers"] != (
+                len(layers)
+            ):
+                return obs
+            phase = "load"
+            model.layers = nn.ModuleList(_Recorder(r, i, log) for i, r in enumerate(layers))
+            model.to(dtype).train(call.train)
+            with torch.no_grad():
+                embedding.embedding.weight.copy_(call.options["embedding"])
+            phase = "call"
+            with torch.no_grad():
+                value = model(ids)
+            obs.value, obs.info["tensors"] = observe.export_value(value)
+        except Exception as error:  # anything the student's code raised is observed, not raised
+            obs.failure = observe._failure(error, phase, seen)
+        if seen and obs.failure is None:
+            obs.failure = Failure("forbidden", seen[0], "", phase)
+    obs.info["log"] = log
+    obs.after = {"args[0]": ids.detach().clone()}
+    return obs
+
+
+observe.SCENARIOS[_SCENARIO] = _run_encoder
+
+
+# --- (d) the full encoder: judging what the scenario saw -----------------------------------------
+
+_MASK_AFTER = (
+    "If you build it with your make_padding_mask, check exercise (b) first; "
+    "encoder_lib.padding_mask(token_ids, self.pad_id) is allowed here."
+)
 
 
 def _mask_problem(mask: Any, expected: torch.Tensor, H: int) -> str | None:
     """What is wrong with the mask the forward passed to the layers, or None."""
     B, _, _, L = expected.shape
-    after = (
-        "If you build it with your make_padding_mask, check exercise (b) first; "
-        "encoder_lib.padding_mask(token_ids, self.pad_id) is allowed here."
-    )
     if mask is None:
         return (
-            "it runs the layers without a padding mask, so padding leaks into the real "
-            "positions (their outputs would change with the padded tokens). Build the mask from "
-            "token_ids and pass it: x = layer(x, mask=mask)."
+            "it runs the layers without a padding mask, so padding leaks into the real positions "
+            "(their outputs would change with the padded tokens). Build the mask from token_ids "
+            "and pass it: x = layer(x, mask=mask)."
         )
-    if _core._type(mask) is not _core._Tensor:
-        return (
-            f"the mask passed to the layers is a {_core._type(mask).__name__}, not a torch.Tensor."
-        )
+    if not isinstance(mask, torch.Tensor):
+        return f"the mask passed to the layers is {runner._describe(mask)}, not a torch.Tensor."
     if mask.dtype != torch.bool:
-        return f"the mask passed to the layers has dtype {mask.dtype}; it must be boolean. {after}"
+        return f"the mask passed to the layers has dtype {mask.dtype}; it must be boolean. " + (
+            _MASK_AFTER
+        )
     if tuple(mask.shape) == (B, L) and L > 1:
         return (
-            f"the mask passed to the layers has shape (B, L) = {(B, L)}, which broadcasts "
-            "against the queries instead of the keys; it must be (B, 1, 1, L). " + after
+            f"the mask passed to the layers has shape (B, L) = {(B, L)}, which broadcasts against "
+            f"the queries instead of the keys; it must be (B, 1, 1, L). {_MASK_AFTER}"
         )
     target = (B, H, L, L)
-    try:
-        ok = torch.broadcast_shapes(mask.shape, target) == torch.Size(target)
-    except RuntimeError:
-        ok = False
-    if not ok or mask.dim() > 4:
+    fits = mask.dim() <= 4 and all(
+        m in (1, t) for m, t in zip(reversed(mask.shape), reversed(target), strict=False)
+    )
+    if not fits:
         return (
             f"the mask passed to the layers has shape {tuple(mask.shape)}; it must be "
-            f"(B, 1, 1, L) = {(B, 1, 1, L)}. " + after
+            f"(B, 1, 1, L) = {(B, 1, 1, L)}. {_MASK_AFTER}"
         )
     got = mask.expand(target)
     if torch.equal(got, expected.expand(target)):
@@ -601,238 +735,341 @@ def _mask_problem(mask: Any, expected: torch.Tensor, H: int) -> str | None:
     if torch.equal(got, (~expected).expand(target)):
         return (
             "the mask passed to the layers has the wrong polarity: True at padding. True means "
-            "'may attend', so it must be True at the real tokens. " + after
+            f"'may attend', so it must be True at the real tokens. {_MASK_AFTER}"
         )
     return (
         "the mask passed to the layers does not match the padding of token_ids (True exactly "
-        "where token_ids != self.pad_id, shape (B, 1, 1, L)). " + after
+        f"where token_ids != self.pad_id, shape (B, 1, 1, L)). {_MASK_AFTER}"
     )
 
 
-class _EncoderCase:
-    """One instance of the student's Encoder with recording reference layers."""
+@dataclasses.dataclass
+class _EncoderSetup:
+    """One Encoder case: its sizes, inputs, the weights sent to the kernel and the reference's
+    intermediate values."""
 
-    def __init__(self, cls, V, D, H, d_ff, N, dropout, max_len, pad, seed):
-        self.D, self.H, self.N, self.pad, self.dropout = D, H, N, pad, dropout
-        self.signature = f"Encoder({V}, {D}, {H}, {d_ff}, {N}, {dropout}, {max_len}, {pad})"
-        with _core.student_call("Encoder", *_FORBIDDEN_D), _core.seeded(seed):
-            model = cls(V, D, H, d_ff, N, dropout, max_len, pad)
-        if not _core._isinstance(model, nn.Module):
-            raise GradingError(f"{self.signature} should build an nn.Module.")
-        embedding = getattr(model, "embedding", None)
-        if _core._type(embedding) is not _TokenEmbedding:
-            raise GradingError(
-                f"{self.signature}: self.embedding should be the given "
-                "encoder_lib.TokenEmbedding: keep the given __init__."
-            )
-        layers = getattr(model, "layers", None)
-        if not _core._isinstance(layers, nn.ModuleList) or len(layers) != N:
-            raise GradingError(
-                f"{self.signature}: self.layers should be an nn.ModuleList of num_layers = {N} "
-                "EncoderLayers: keep the given __init__."
-            )
-        # Reference layers in place of the student's: this check does not depend on (c).
-        self.refs = [_reference_layer(D, H, d_ff, 0.0, False, seed + 10 + i) for i in range(N)]
-        self.log: list[dict[str, Any]] = []
-        model.layers = nn.ModuleList(_Recorder(r, i, self.log) for i, r in enumerate(self.refs))
-        self.model = model.double().eval()
-        self.weight = embedding.embedding.weight.detach().clone()
+    V: int
+    D: int
+    H: int
+    d_ff: int
+    N: int
+    p: float
+    max_len: int
+    pad: int
+    ids: torch.Tensor
+    seed: int
+    train: bool = False
+    dtype: torch.dtype = torch.float64
 
-    def first_input(self, ids: torch.Tensor, kind: str = "right") -> torch.Tensor:
-        B, L = ids.shape
-        emb = F.embedding(ids, self.weight)  # (B, L, D), unscaled
-        scale = math.sqrt(self.D)
-        table = _table(max(L, B), self.D).to(torch.float64)
-        return {
-            "right": emb * scale + table[:L],
-            "no_pe": emb * scale,
-            "by_batch": emb * scale + table[:B][:, None, :],
-            "twice": emb * scale * scale + table[:L],
-            "unscaled": emb + table[:L],
-            "pe_scaled": (emb + table[:L]) * scale,
-        }[kind]
+    def __post_init__(self) -> None:
+        self.weight = randn(self.V, self.D, seed=self.seed + 2).to(self.dtype)
+        self.weight[self.pad] = 0.0  # as nn.Embedding(padding_idx=pad) starts
+        self.layers = [
+            _reference_layer(self.D, self.H, self.d_ff, 0.0, False, self.seed + 10 + i, self.dtype)
+            for i in range(self.N)
+        ]
+        self.mask = encoder_lib.padding_mask(self.ids, self.pad)  # (B, 1, 1, L)
+        with reference_mode(), torch.no_grad():
+            self.x0 = self.first_input()
+            self.first = self.dropout(self.x0) if self.train else self.x0
+            self.expected = self.run_layers(self.first)
 
-    def expected(self, ids: torch.Tensor) -> torch.Tensor:
-        mask = _padding_mask(ids, self.pad)
-        x = self.first_input(ids)
+    @property
+    def sizes(self) -> tuple[Any, ...]:
+        return (self.V, self.D, self.H, self.d_ff, self.N, self.p, self.max_len, self.pad)
+
+    def call(self, ids: torch.Tensor | None = None, train: bool | None = None) -> Call:
+        return Call(
+            "Encoder",
+            "encoder",
+            (self.ids if ids is None else ids,),
+            init=(self.sizes, {}),
+            dtype=self.dtype,
+            train=self.train if train is None else train,
+            scenario=_SCENARIO,
+            options={
+                "embedding": self.weight,
+                "layers": [layer.state_dict() for layer in self.layers],
+                "shape": (self.D, self.H, self.d_ff),
+            },
+            seed=self.seed,
+        )
+
+    def dropout(self, x: torch.Tensor) -> torch.Tensor:
+        with reference_mode():
+            return nn.Dropout(self.p).train()(x)
+
+    def first_input(self, kind: str = "right") -> torch.Tensor:
+        """What the first layer should receive (embedding + positional encoding), or what a
+        mistake gives it."""
+        B, L = self.ids.shape
+        embedding = encoder_lib.TokenEmbedding(self.V, self.D, self.pad, scale=False)
         with torch.no_grad():
-            for ref in self.refs:
-                x = ref(x, mask)
+            embedding.to(self.dtype).embedding.weight.copy_(self.weight)
+            emb = embedding(self.ids)  # (B, L, D), unscaled
+        scale = self.D**0.5
+        table = encoder_lib.sinusoidal_table(max(L, B), self.D).to(self.dtype)
+        with reference_mode(), torch.no_grad():
+            return {
+                "right": lambda: emb * scale + table[:L],
+                "no_pe": lambda: emb * scale,
+                "by_batch": lambda: emb * scale + table[:B][:, None, :],
+                "twice": lambda: emb * scale * scale + table[:L],
+                "unscaled": lambda: emb + table[:L],
+                "pe_scaled": lambda: (emb + table[:L]) * scale,
+                "drop_embedding": lambda: self.dropout(emb * scale) + table[:L],
+                "drop_pe": lambda: emb * scale + self.dropout(table[:L]),
+                "twice_dropped": lambda: self.dropout(self.dropout(emb * scale + table[:L])),
+            }[kind]()
+
+    def run_layers(self, x: torch.Tensor, upto: int | None = None) -> torch.Tensor:
+        with torch.no_grad():
+            for layer in self.layers[:upto]:
+                x = layer(x, self.mask)
         return x
 
-    def run(self, ids: torch.Tensor, what: str) -> torch.Tensor:
-        self.log.clear()
-        try:
-            with torch.no_grad(), _core.student_call("Encoder.forward", *_FORBIDDEN_D):
-                out = self.model(ids.clone())
-        except GradingError as e:
-            if self.log:
-                problem = _mask_problem(self.log[0]["mask"], _padding_mask(ids, self.pad), self.H)
-                if problem:
-                    raise GradingError(f"{what} is wrong: {problem} ({e})") from e
-            if _core._isinstance(e.__cause__, RuntimeError) and "size" in f"{e.__cause__}":
-                self._sequence_first_probe(ids, what, e)
-            raise
-        _core.expect_tensor(out, what)
-        return out
 
-    def _sequence_first_probe(self, ids: torch.Tensor, what: str, err: GradingError) -> None:
-        L = ids.shape[1]
-        self.log.clear()
-        try:
-            with torch.no_grad(), _core.student_call("Encoder.forward", *_FORBIDDEN_D):
-                self.model(ids[:1].clone())
-        except GradingError:
-            return
-        if self.log and tuple(self.log[0]["x"].shape) == (L, L, self.D):
+def _encoder_case(
+    V, D, H, d_ff, N, p, max_len, pad, B, L, lengths, seed, train=False, dtype=torch.float64
+) -> Case:
+    s = _EncoderSetup(V, D, H, d_ff, N, p, max_len, pad, _ids(B, L, V, pad, lengths, seed + 1),
+                      seed, train, dtype)  # fmt: skip
+    what = f"Encoder{s.sizes} on token_ids of shape {(B, L)}"
+    what += f" ({dtype})" if dtype != torch.float64 else ""
+    what += " in training mode" if train else ""
+    case = Case(
+        s.call(),
+        what,
+        expected=s.expected,
+        slots=("the output",),
+        letters=("(B, L, D)",),
+        module=ModuleSpec(keep_init="keep the given __init__"),
+        inputs={"args[0]": "token_ids"},
+        failure_hint=lambda failure: _sequence_first_hint(failure, B, L, D),
+        messages={"dtype": _ENCODER_DTYPE},
+    )
+    case.judge = lambda obs, ask: _judge_encoder(s, case, obs, ask)
+    return case
+
+
+_ENCODER_DTYPE = (
+    "{slot} has dtype {got}, but the model is {expected}: keep the model's dtype (no .float() "
+    "or .double(), no new tensors made with a fixed dtype; the buffer self.pe follows "
+    "model.to(...))."
+)
+
+
+def _sequence_first_hint(failure: Failure, B: int, L: int, D: int) -> str | None:
+    wanted = f"tensor a ({B}) must match the size of tensor b ({L}) at non-singleton dimension 0"
+    if wanted not in failure.message:
+        return None
+    return (
+        "That is what adding a sequence-first positional encoding, (L, 1, D), to batch-first x "
+        f"(B, L, D) does: with one sentence the sum has shape (L, L, D) = {(L, L, D)}, with more "
+        "it fails. Add the (L, D) table self.pe[:L], which broadcasts over the batch."
+    )
+
+
+def _judge_encoder(s: _EncoderSetup, case: Case, obs: Observation, ask: Ask) -> None:
+    parts = obs.info.get("parts", {})
+    if not parts.get("embedding"):
+        raise GradingError(
+            "self.embedding should be the given encoder_lib.TokenEmbedding: keep the given "
+            "__init__."
+        )
+    if parts.get("layers") != s.N:
+        raise GradingError(
+            f"self.layers should be an nn.ModuleList of num_layers = {s.N} EncoderLayers: keep "
+            "the given __init__."
+        )
+    log: list[dict[str, Any]] = obs.info.get("log", [])
+    for entry in log:
+        if entry["keywords"]:
             raise GradingError(
-                f"{what} is wrong: the positional encoding is sequence-first, (L, 1, D), but x is "
-                f"batch-first (B, L, D): with one sentence the sum has shape (L, L, D) = "
-                f"{(L, L, self.D)}, with more it fails ({err.__cause__}). Add the (L, D) table "
-                "self.pe[:L], which broadcasts over the batch."
-            ) from err
-
-
-def _check_encoder_case(cls, V, D, H, d_ff, N, dropout, max_len, pad, B, L, lengths, seed):
-    case = _EncoderCase(cls, V, D, H, d_ff, N, dropout, max_len, pad, seed)
-    ids = _ids(B, L, V, pad, lengths, seed + 1)
-    what = f"{case.signature} on token_ids of shape {(B, L)}"
-    expected = case.expected(ids)
-    x0 = case.first_input(ids)
-    out = case.run(ids, what)
-    log = case.log
+                f"it calls the layers with the keyword {', '.join(entry['keywords'])}, but "
+                "EncoderLayer.forward takes (x, mask=None): pass the mask as mask=mask. (A "
+                "misspelt keyword is dangerous: a layer whose forward has **kwargs would swallow "
+                "it and silently ignore the padding mask.)"
+            )
     if not log:
         raise GradingError(
-            f"{what} is wrong: it never runs the layers in self.layers "
-            "(for layer in self.layers: x = layer(x, mask=mask))."
+            "it never runs the layers in self.layers (for layer in self.layers: "
+            "x = layer(x, mask=mask))."
         )
-    problem = _mask_problem(log[0]["mask"], _padding_mask(ids, pad), H)
+    problem = _mask_problem(log[0]["mask"], s.mask, s.H)
     if problem:
-        raise GradingError(f"{what} is wrong: {problem}")
-    order = [entry["index"] for entry in log]
-    if order != list(range(N)):
-        raise GradingError(
-            f"{what} is wrong: it runs the layers in the order {order}; each of the {N} layers "
-            f"in self.layers must run once, in order {list(range(N))}."
-        )
-    for entry in log[1:]:
-        problem = _mask_problem(entry["mask"], _padding_mask(ids, pad), H)
-        if problem:
-            raise GradingError(f"{what} is wrong (layer {entry['index']}): {problem}")
-
-    def permutation_probe() -> str | None:
-        return _permutation_probe(case, V, L if L > 2 else 3, seed)
-
-    first = log[0]["x"]
-    mistakes = {
-        "no positional encoding is added to the embeddings: without it the encoder cannot tell "
-        "positions apart (permuting the input tokens would just permute the outputs). Add "
-        "self.pe[:L].": case.first_input(ids, "no_pe"),
-        "the token embeddings are multiplied by sqrt(D) a second time: TokenEmbedding already "
-        "scales by sqrt(D), so add the positional encoding to self.embedding(token_ids) as it "
-        "is.": case.first_input(ids, "twice"),
-        "the token embeddings are not scaled by sqrt(D): call self.embedding(token_ids) "
-        "(TokenEmbedding multiplies by sqrt(D)), not the inner nn.Embedding.": case.first_input(
-            ids, "unscaled"
-        ),
-        "the positional encoding is scaled by sqrt(D) together with the embeddings: only the "
-        "token embedding is scaled (TokenEmbedding does it); add self.pe[:L] afterwards.": (
-            case.first_input(ids, "pe_scaled")
-        ),
-    }
-    if B != L:
-        mistakes[
-            "the positional encoding of position b is added to every token of sentence b: the "
-            "table was indexed with the batch size x.size(0), as in sequence-first code where "
-            "the table has shape (max_len, 1, D). With batch-first x (B, L, D), add self.pe[:L] "
-            "with L = x.size(1)."
-        ] = case.first_input(ids, "by_batch")
-    _core.expect_close(
-        first,
-        x0,
-        f"{what}: the input of the first layer (embedding + positional encoding)",
-        mistakes,
-        probes=(permutation_probe,),
-        atol=1e-5,
-    )
-    for entry in log[1:]:
-        previous = log[entry["index"] - 1]["out"]
-        if not _core._close(entry["x"], previous, 1e-9, 0.0):
-            if _core._close(entry["x"], first, 1e-9, 0.0):
-                raise GradingError(
-                    f"{what} is wrong: it discards the layers' outputs; every layer gets the "
-                    "embeddings. Feed each layer's output to the next: x = layer(x, mask=mask)."
-                )
+        raise GradingError(problem)
+    _judge_first_input(s, case, obs, ask)
+    for entry in log:
+        if entry.get("error"):
             raise GradingError(
-                f"{what} is wrong: layer {entry['index']} does not get the output of layer "
-                f"{entry['index'] - 1}. Feed each layer's output to the next."
+                f"layer {entry['index']} raised {entry['error']} on the input your forward gave "
+                "it: pass x (B, L, D) and the mask (B, 1, 1, L)."
             )
-    if not _core._close(out, log[-1]["out"], 1e-9, 0.0) and _core._close(out, first, 1e-9, 0.0):
+    order = [entry["index"] for entry in log]
+    if order != list(range(s.N)):
         raise GradingError(
-            f"{what} is wrong: it returns the embeddings, not the output of the last layer."
+            f"it runs the layers in the order {order}; each of the {s.N} layers in self.layers "
+            f"must run once, in order {list(range(s.N))}."
         )
-    _core.expect_close(out, expected, what, atol=1e-5)
-    return case, ids, x0
+    for entry in log[1:]:
+        problem = _mask_problem(entry["mask"], s.mask, s.H)
+        if problem:
+            raise GradingError(f"(layer {entry['index']}) {problem}")
+    _judge_chain(s, log)
+    out = obs.value
+    outputs = [s.layers[i](entry["x"], s.mask).detach() for i, entry in enumerate(log)]
+    if s.train and close(out, s.dropout(outputs[-1])):
+        raise GradingError(
+            "it applies self.dropout to the output of the last layer: the layers have their own "
+            "dropout; self.dropout goes once, on embedding + positional encoding, before them."
+        )
+    if not close(out, outputs[-1]) and close(out, log[0]["x"]):
+        raise GradingError("it returns the embeddings, not the output of the last layer.")
+    runner.judge(dataclasses.replace(case, judge=None), obs, ask)
 
 
-def _permutation_probe(case: _EncoderCase, V: int, L: int, seed: int) -> str | None:
-    ids = _ids(1, L, V, case.pad, [L], seed + 7)
-    perm = torch.roll(torch.arange(L), 1)
-    try:
-        out = case.run(ids, "Encoder")
-        moved = case.run(ids[:, perm], "Encoder")
-    except GradingError:
+def _judge_first_input(s: _EncoderSetup, case: Case, obs: Observation, ask: Ask) -> None:
+    """The first layer's input, judged like an output: structure, shape, dtype, values, named
+    mistakes, then the permutation probe."""
+    entry = obs.info["log"][0]
+    B, L = s.ids.shape
+    name = "the input of the first layer (embedding + positional encoding)"
+
+    def mistakes() -> dict[str, torch.Tensor]:
+        m: dict[str, torch.Tensor] = {}
+        if s.train:
+            dropped_output = close(obs.value, s.dropout(s.run_layers(s.x0)))
+            never = (
+                "self.dropout is applied to the output of the last layer instead: the layers "
+                "have their own dropout; self.dropout goes once, on the sum embedding + "
+                "positional encoding, before the layers."
+                if dropped_output
+                else "self.dropout is never applied. In training mode the sum embedding + "
+                "positional encoding goes through self.dropout before the layers."
+            )
+            m[never] = s.x0
+            wrong = "dropout is in the wrong place: it is applied to {} only. Apply self.dropout "
+            wrong += "once, to the sum x = self.dropout(embedding + positional encoding)."
+            m[wrong.format("the token embeddings")] = s.first_input("drop_embedding")
+            m[wrong.format("the positional encoding")] = s.first_input("drop_pe")
+            m[
+                "self.dropout is applied twice to embedding + positional encoding: apply it once."
+            ] = s.first_input("twice_dropped")
+        else:
+            m[
+                "self.dropout is still active in eval mode: use self.dropout (an nn.Dropout, "
+                "which model.eval() switches off), not F.dropout(x, p), which drops even in eval "
+                "mode."
+            ] = s.dropout(s.x0)
+        structural = {
+            "no positional encoding is added to the embeddings: without it the encoder cannot "
+            "tell positions apart (permuting the input tokens would just permute the outputs). "
+            "Add self.pe[:L].": "no_pe",
+            "the token embeddings are multiplied by sqrt(D) a second time: TokenEmbedding "
+            "already scales by sqrt(D), so add the positional encoding to "
+            "self.embedding(token_ids) as it is.": "twice",
+            "the token embeddings are not scaled by sqrt(D): call self.embedding(token_ids) "
+            "(TokenEmbedding multiplies by sqrt(D)), not the inner nn.Embedding.": "unscaled",
+            "the positional encoding is scaled by sqrt(D) together with the embeddings: only the "
+            "token embedding is scaled (TokenEmbedding does it); add self.pe[:L] "
+            "afterwards.": "pe_scaled",
+        }
+        if B != L:
+            structural[
+                "the positional encoding of position b is added to every token of sentence b: "
+                "the table was indexed with the batch size x.size(0), as in sequence-first code "
+                "where the table has shape (max_len, 1, D). With batch-first x (B, L, D), add "
+                "self.pe[:L] with L = x.size(1)."
+            ] = "by_batch"
+        for text, kind in structural.items():  # in training, followed by the right dropout
+            wrong_input = s.first_input(kind)
+            m[text] = s.dropout(wrong_input) if s.train else wrong_input
+        return m
+
+    def permutation(obs_: Observation, ask_: Ask) -> str | None:
+        length = L if L > 2 else 3
+        ids = _ids(1, length, s.V, s.pad, [length], s.seed + 7)
+        perm = torch.roll(torch.arange(length), 1)
+        out = ask_(s.call(ids, train=False)).value
+        moved = ask_(s.call(ids[:, perm], train=False)).value
+        if isinstance(out, torch.Tensor) and out.dim() == 3 and close(moved, out[:, perm]):
+            return (
+                "the encoder has no positional information: permuting the input tokens just "
+                "permutes the outputs. Add the positional encoding self.pe[:L] to the embeddings."
+            )
         return None
-    if _core._close(moved, out[:, perm], 1e-7, 0.0):
-        return (
-            "the encoder has no positional information: permuting the input tokens just "
-            "permutes the outputs. Add the positional encoding self.pe[:L] to the embeddings."
-        )
-    return None
+
+    sub_case = Case(
+        case.call,
+        case.what,
+        expected=s.first,
+        mistakes=mistakes,
+        probes=(permutation,),
+        slots=(name,),
+        letters=("(B, L, D)",),
+        shape_hints=(
+            {
+                (L, L, s.D): "The positional encoding is sequence-first, (L, 1, D), but x is "
+                "batch-first (B, L, D): with one sentence the sum has shape (L, L, D). Add the "
+                "(L, D) table self.pe[:L], which broadcasts over the batch."
+            },
+        ),
+        inputs=case.inputs,
+        messages=case.messages,
+    )
+    facts = {"": {"class": entry["classes"][0]}} if entry["classes"][0] else {}
+    seen = Observation(value=entry["x"], after=obs.after, info={"tensors": facts})
+    runner.judge(sub_case, seen, ask)
 
 
-def _check_encoder_dropout(case: _EncoderCase, ids: torch.Tensor, x0: torch.Tensor, seed: int):
-    what = f"{case.signature} in training mode"
-    case.model.train()
-    try:
-        with _core.seeded(seed):
-            case.run(ids, what)
-    finally:
-        case.model.eval()
-    if not case.log:
-        return
-    got = case.log[0]["x"]
-    if _core._type(got) is not _core._Tensor or got.shape != x0.shape:
-        return
-    p = case.dropout
-    zero = got.abs() < 1e-12
-    kept = (got - x0 / (1 - p)).abs() < 1e-6 * (1 + x0.abs())
-    if bool((zero | kept).all()) and bool(zero[x0.abs() > 1e-9].any()):
-        return
-    if _core._close(got, x0, 1e-9, 0.0):
+def _judge_chain(s: _EncoderSetup, log: list[dict[str, Any]]) -> None:
+    """Each layer gets the previous layer's output."""
+    first = log[0]["x"]
+    for entry in log[1:]:
+        i = entry["index"]
+        previous = s.layers[i - 1](log[i - 1]["x"], s.mask).detach()
+        if close(entry["x"], previous):
+            continue
+        if close(entry["x"], first):
+            raise GradingError(
+                "it discards the layers' outputs; every layer gets the embeddings. Feed each "
+                "layer's output to the next: x = layer(x, mask=mask)."
+            )
+        if s.train and close(entry["x"], s.dropout(previous)):
+            raise GradingError(
+                "it applies self.dropout between the layers too: each layer has its own dropout; "
+                "self.dropout goes once, on embedding + positional encoding, before the layers."
+            )
         raise GradingError(
-            f"{what}: self.dropout is never applied. In training mode the sum embedding + "
-            "positional encoding goes through self.dropout before the layers."
+            f"layer {i} does not get the output of layer {i - 1}. Feed each layer's output to "
+            "the next."
         )
-    raise GradingError(
-        f"{what}: dropout is in the wrong place. Apply self.dropout once, to the sum "
-        "x = self.dropout(embedding + positional encoding), before the layers."
-    )
 
 
-@_core.guarded
-def check_encoder(cls: type, thorough: bool = False) -> None:
-    """``cls(vocab_size, d_model, num_heads, d_ff, num_layers, dropout, max_sequence_length,
-    pad_id)`` with the given ``__init__``; its ``forward(token_ids)`` must embed (TokenEmbedding
-    already scales by sqrt(D)), add ``self.pe[:L]``, apply dropout, build the padding mask and
-    run every layer with it. The student's layers are replaced by reference ones here."""
-    case, ids, x0 = _check_encoder_case(
-        cls, 23, 16, 4, 32, 2, 0.1, 12, 0, B=2, L=7, lengths=[7, 4], seed=71
-    )
-    _check_encoder_dropout(case, ids, x0, seed=72)
-    _check_encoder_case(cls, 30, 8, 2, 16, 3, 0.1, 5, 5, B=3, L=5, lengths=[2, 5, 3], seed=73)
+def _encoder_cases(thorough: bool) -> Iterator[Case]:
+    yield _encoder_case(23, 16, 4, 32, 2, 0.1, 12, 0, B=2, L=7, lengths=[7, 4], seed=71)
+    yield _encoder_case(23, 16, 4, 32, 2, 0.1, 12, 0, B=2, L=7, lengths=[7, 4], seed=72, train=True)
+    yield _encoder_case(30, 8, 2, 16, 3, 0.1, 5, 5, B=3, L=5, lengths=[2, 5, 3], seed=73)
     if thorough:
-        _check_encoder_case(cls, 9, 8, 2, 16, 1, 0.0, 4, 2, B=1, L=1, lengths=[1], seed=74)
-        _check_encoder_case(
-            cls, 40, 12, 3, 24, 2, 0.2, 20, 1, B=4, L=9, lengths=[9, 1, 5, 8], seed=75
+        yield _encoder_case(9, 8, 2, 16, 1, 0.0, 4, 2, B=1, L=1, lengths=[1], seed=74)
+        yield _encoder_case(40, 12, 3, 24, 2, 0.2, 20, 1, B=4, L=9, lengths=[9, 1, 5, 8], seed=75)
+        yield _encoder_case(
+            40, 12, 3, 24, 3, 0.3, 20, 1, B=3, L=6, lengths=[6, 2, 4], seed=76, train=True
         )
+        yield _encoder_case(
+            23, 16, 4, 32, 2, 0.1, 12, 0, B=2, L=7, lengths=[7, 4], seed=77, dtype=torch.float32
+        )
+
+
+check_encoder = runner.register(
+    Exercise(
+        "encoder",
+        "Exercise (d) · Encoder",
+        "Encoder",
+        "test_encoder",
+        "class",
+        "keep the given `class Encoder(nn.Module):` and its __init__, and write forward.",
+        _encoder_cases,
+    )
+)

@@ -1,7 +1,7 @@
 """The checks of notebook 05 (assembling the encoder): what is particular to them (how the
-notebook and its checks fit together, forbidden built-ins, tensor subclasses, tampering,
-the behaviour the notebook promises). Every answer of tests/variants, buggy, correct or
-stub, is graded in test_catalogue.py.
+notebook and its checks fit together, forbidden built-ins, tensor subclasses, the Encoder's
+scenario of recording layers, dropout in training mode, the behaviour the notebook promises).
+Every answer of tests/variants, buggy, correct or stub, is graded in test_catalogue.py.
 """
 
 from __future__ import annotations
@@ -10,18 +10,12 @@ import re
 
 import pytest
 import torch
-from notebook_namespace import (
-    Check,
-    SolutionNotebook,
-    expect_exported,
-    expect_silence,
-    returning_subclass,
-    stub,
-)
+from notebook_namespace import Check, SolutionNotebook, expect_exported, returning_subclass, stub
 from variants import Variant
 
+import encoder_lib
 from encoder_lib import grading
-from encoder_lib.grading import ForbiddenCallError, GradingError
+from encoder_lib.grading import ForbiddenCallError, GradingError, encoder, observe, runner, wire
 
 # test cell grade_id -> (answer cell grade_id, the name the answer defines, its check)
 CHECKS = {
@@ -42,12 +36,6 @@ ANSWERS = NOTEBOOK.answers
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
-def _error(test_cell: str, namespace: dict) -> GradingError | None:
-    """What the test cell raises, or None if it passes. ``thorough=True`` runs the visible cases
-    first, so the message is the one the student sees when the visible part fails."""
-    return NOTEBOOK.grade(test_cell, namespace, visible=False)
-
-
 # --- the notebook and the module ----------------------------------------------------------------
 
 
@@ -58,30 +46,21 @@ def test_notebook_has_the_cells_the_checks_and_variants_use():
         assert re.search(rf"^(def|class) {name}\b", NOTEBOOK.source(answer), re.M)
         assert f"grading.{check.__name__}(" in NOTEBOOK.source(test_cell)
         assert "### BEGIN HIDDEN TESTS" in NOTEBOOK.source(test_cell)
-    for variant in BUGGY + CORRECT:
-        assert variant.cell in ANSWERS, variant.name
-        assert set(variant.fails) <= set(CHECKS), variant.name
-    names = [v.name for v in BUGGY + CORRECT]
-    assert len(names) == len(set(names))
+        exercise = runner.EXERCISES[test_cell]
+        assert (exercise.target, f"check_{exercise.name}") == (name, check.__name__)
 
 
 def test_public_checks_are_exported():
     expect_exported(grading.encoder, {check.__name__ for _, _, check in CHECKS.values()})
 
 
-# --- the reference solution ---------------------------------------------------------------------
-
-
-def test_reference_solution_passes_silently_and_leaves_the_random_state(capsys, recwarn):
+def test_reference_solution_passes_silently_and_leaves_the_random_state(capsys):
     namespace = NOTEBOOK.namespace()
     state = torch.get_rng_state()
     for test_cell in CHECKS:
         NOTEBOOK.run(test_cell, namespace, thorough=True)
     assert torch.equal(torch.get_rng_state(), state), "a check used the notebook's random state"
-    expect_silence(capsys, recwarn)
-
-
-# --- answers as students write them -------------------------------------------------------------
+    assert capsys.readouterr() == ("", "")
 
 
 def test_the_spec_mistakes_are_all_covered():
@@ -105,6 +84,50 @@ def test_the_spec_mistakes_are_all_covered():
         "encoder_no_positional_encoding",
     } <= names
     assert {v.cell for v in CORRECT} == set(ANSWERS)
+
+
+def test_where_dropout_sits_is_checked_in_training_mode():
+    """Answers that are right in eval mode and wrong in training mode, each named."""
+    names = {v.name for v in BUGGY}
+    assert {
+        "layer_no_dropout",
+        "layer_no_dropout2",
+        "layer_no_hidden_dropout",
+        "layer_dropout_after_norm",
+        "layer_dropout_on_attention_input",
+        "layer_dropout_on_residual_sum",
+        "layer_prenorm_without_dropout",
+        "layer_dropout_in_eval",
+        "encoder_no_dropout",
+        "encoder_dropout_before_pe",
+        "encoder_dropout_on_pe_only",
+        "encoder_dropout_twice",
+        "encoder_dropout_between_layers",
+        "encoder_dropout_on_output",
+        "encoder_functional_dropout_in_eval",
+    } <= names
+    assert {"layer_functional_dropout", "encoder_functional_dropout"} <= {v.name for v in CORRECT}
+    trained = [case for case in encoder._layer_cases(False) if case.call.train]
+    assert {case.call.init[1]["norm_first"] for case in trained} == {False, True}
+    assert any(case.call.train for case in encoder._encoder_cases(False))
+
+
+def test_attention_dropout_is_deterministic_on_both_paths_of_the_given_attention():
+    """The given MultiHeadAttention drops attention weights itself, through F.dropout or inside
+    F.scaled_dot_product_attention depending on need_weights: both are deterministic in student
+    mode and agree, so a training-mode layer is comparable with the reference."""
+    attention = encoder_lib.MultiHeadAttention(8, 2, dropout=0.3).double().train()
+    x = runner.randn(2, 5, 8, seed=1)
+    mask = runner.keep_first([5, 3], 5)
+    with observe.student_mode("encoder_layer"):
+        fused, _ = attention(x, x, x, mask, need_weights=False)
+        again, _ = attention(x, x, x, mask, need_weights=False)
+        explicit, _ = attention(x, x, x, mask, need_weights=True)
+    with observe.student_mode("encoder_layer"):
+        undropped, _ = attention.eval()(x, x, x, mask)
+    assert torch.equal(fused, again)
+    torch.testing.assert_close(fused, explicit, atol=1e-12, rtol=0)
+    assert not torch.allclose(fused, undropped)
 
 
 # --- defences -----------------------------------------------------------------------------------
@@ -134,15 +157,59 @@ def test_tensor_subclass_output_is_rejected(test_cell):
         NOTEBOOK.run(test_cell, namespace, thorough=False)
 
 
-def test_rebinding_torch_is_refused():
+# --- the Encoder's scenario: recording layers in the kernel, judging here -------------------------
+
+
+def _through_the_wire(namespace: dict) -> runner.Ask:
+    """An Ask that sends each Call and its Observation through the wire, as at autograde."""
+
+    def ask(call: observe.Call) -> observe.Observation:
+        received = wire.decode_call(wire.encode_call(call))
+        obs = observe.observe(namespace.__getitem__, received)
+        return wire.decode_observation(wire.encode_observation(obs))
+
+    return ask
+
+
+ENCODER_ANSWERS = [v for v in BUGGY + CORRECT if v.cell == "encoder"]
+
+
+@pytest.mark.parametrize("variant", ENCODER_ANSWERS, ids=[v.name for v in ENCODER_ANSWERS])
+def test_the_encoder_is_judged_the_same_through_the_wire(variant: Variant):
+    namespace = NOTEBOOK.namespace({variant.cell: variant.source})
+    exercise = runner.EXERCISES["test_encoder"]
+    verdicts = []
+    for ask in (runner.local(namespace), _through_the_wire(namespace)):
+        try:
+            runner.run(exercise, ask, thorough=True)
+            verdicts.append(None)
+        except GradingError as error:
+            verdicts.append(str(error))
+    assert verdicts[0] == verdicts[1]
+    assert (verdicts[0] is None) == ("test_encoder" not in variant.fails)
+
+
+def test_the_encoder_calls_carry_no_expected_value():
+    """What enters the kernel is the inputs, the embedding weights and the layers' weights."""
+    for case in encoder._encoder_cases(thorough=True):
+        sent = wire.decode_call(wire.encode_call(case.call))
+        assert set(sent.options) == {"embedding", "layers", "shape"}
+        tensors = [sent.args[0], sent.options["embedding"]]
+        tensors += [t for state in sent.options["layers"] for t in state.values()]
+        assert not any(t.shape == case.expected.shape for t in tensors), case.what
+
+
+def test_the_scenario_records_what_each_layer_receives():
     namespace = NOTEBOOK.namespace()
-    original = torch.allclose
-    torch.allclose = lambda *args, **kwargs: True
-    try:
-        with pytest.raises(grading.TamperingError):
-            grading.check_encoder(namespace["Encoder"])
-    finally:
-        torch.allclose = original
+    case = next(iter(encoder._encoder_cases(False)))
+    obs = runner.local(namespace)(case.call)
+    assert obs.failure is None
+    log = obs.info["log"]
+    assert [entry["index"] for entry in log] == [0, 1]
+    assert all(entry["keywords"] == [] for entry in log)
+    ids = case.call.args[0]
+    assert torch.equal(log[0]["mask"], encoder_lib.padding_mask(ids, 0))
+    assert log[0]["x"].shape == (*ids.shape, 16)
 
 
 # --- design choices the notebook promises --------------------------------------------------------
@@ -164,3 +231,13 @@ def test_encoder_may_use_the_library_mask_when_stuck_on_the_mask_exercise():
     library = next(v for v in CORRECT if v.name == "encoder_library_mask_and_unsqueeze")
     namespace = NOTEBOOK.namespace({"make_padding_mask": released, "encoder": library.source})
     NOTEBOOK.run("test_encoder", namespace, thorough=True)
+
+
+def test_a_float64_table_is_as_right_as_a_float32_one():
+    source = NOTEBOOK.source("sinusoidal_positional_encoding").replace("float32", "float64")
+    source = source.replace(
+        "torch.zeros(max_len, d_model)", "torch.zeros(max_len, d_model, dtype=torch.float64)"
+    )
+    namespace = NOTEBOOK.namespace({"sinusoidal_positional_encoding": source})
+    assert namespace["sinusoidal_positional_encoding"](3, 4).dtype == torch.float64
+    NOTEBOOK.run("test_sinusoidal_positional_encoding", namespace, thorough=True)

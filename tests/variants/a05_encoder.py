@@ -423,6 +423,67 @@ _LAYER_BUGGY = [
         (T_LAYER,),
         "no dropout",
     ),
+    Variant(
+        "layer_dropout_after_norm",
+        LAYER,
+        _layer_with(
+            post="""            x = self.dropout1(self.norm1(x + self.self_attn(x, x, x, mask)[0]))
+            h = self.dropout(self.activation(self.linear1(x)))
+            x = self.dropout2(self.norm2(x + self.linear2(h)))"""
+        ),
+        (T_LAYER,),
+        "after the norm",
+    ),
+    Variant(
+        "layer_no_dropout2",
+        LAYER,
+        _layer_with().replace("return self.dropout2(self.linear2(", "return (self.linear2("),
+        (T_LAYER,),
+        "no dropout on the FFN output (self.dropout2)",
+    ),
+    Variant(
+        "layer_no_hidden_dropout",
+        LAYER,
+        _layer_with().replace(
+            "self.linear2(self.dropout(self.activation(", "self.linear2((self.activation("
+        ),
+        (T_LAYER,),
+        "no dropout on the FFN's hidden units",
+    ),
+    Variant(
+        "layer_dropout_on_attention_input",
+        LAYER,
+        _layer_with().replace(
+            "        out, _ = self.self_attn(x, x, x, mask)\n        return self.dropout1(out)",
+            "        x = self.dropout1(x)\n        out, _ = self.self_attn(x, x, x, mask)\n"
+            "        return out",
+        ),
+        (T_LAYER,),
+        "attention sub-layer (self.dropout1): it is applied to the sub-layer's input",
+    ),
+    Variant(
+        "layer_dropout_on_residual_sum",
+        LAYER,
+        _layer_with(
+            post="""            x = self.norm1(self.dropout1(x + self.self_attn(x, x, x, mask)[0]))
+            h = self.dropout(self.activation(self.linear1(x)))
+            x = self.norm2(self.dropout2(x + self.linear2(h)))"""
+        ),
+        (T_LAYER,),
+        "residual sum",
+    ),
+    Variant(
+        "layer_prenorm_without_dropout",
+        LAYER,
+        _layer_with(
+            pre="""            h = self.norm1(x)
+            x = x + self.self_attn(h, h, h, mask)[0]
+            h = self.norm2(x)
+            x = x + self.linear2(self.activation(self.linear1(h)))"""
+        ),
+        (T_LAYER,),
+        "dropout is missing in training",
+    ),
 ]
 
 _LAYER_CORRECT = [
@@ -467,6 +528,33 @@ _LAYER_CORRECT = [
             x = self.norm2(x)
         return x
 """),
+    ),
+    Variant(
+        "layer_functional_dropout",
+        LAYER,
+        _layer("""    def forward(self, x, mask=None):
+        def drop(t):
+            return F.dropout(t, self.dropout.p, training=self.training)
+
+        def sa(h):
+            return drop(self.self_attn(h, h, h, mask, need_weights=False)[0])
+
+        def ff(h):
+            return drop(self.linear2(drop(self.activation(self.linear1(h)))))
+
+        if self.norm_first:
+            x = x + sa(self.norm1(x))
+            return x + ff(self.norm2(x))
+        x = self.norm1(x + sa(x))
+        return self.norm2(x + ff(x))
+"""),
+    ),
+    Variant(
+        "layer_one_dropout_module_for_all",
+        LAYER,
+        _layer_with()
+        .replace("self.dropout1(out)", "self.dropout(out)")
+        .replace("self.dropout2(", "self.dropout("),
     ),
 ]
 
@@ -608,6 +696,73 @@ _ENCODER_BUGGY = [
         (T_ENCODER,),
         "order",
     ),
+    Variant(
+        "encoder_dropout_on_pe_only",
+        ENCODER,
+        _encoder(
+            _FORWARD.replace(
+                "x = self.dropout(x + self.pe[:L])", "x = x + self.dropout(self.pe[:L])"
+            )
+        ),
+        (T_ENCODER,),
+        "positional encoding only",
+    ),
+    Variant(
+        "encoder_dropout_twice",
+        ENCODER,
+        _encoder(
+            _FORWARD.replace(
+                "x = self.dropout(x + self.pe[:L])",
+                "x = self.dropout(self.dropout(x + self.pe[:L]))",
+            )
+        ),
+        (T_ENCODER,),
+        "twice",
+    ),
+    Variant(
+        "encoder_dropout_between_layers",
+        ENCODER,
+        _encoder(
+            _FORWARD.replace("x = layer(x, mask=mask)", "x = self.dropout(layer(x, mask=mask))")
+        ),
+        (T_ENCODER,),
+        "between the layers",
+    ),
+    Variant(
+        "encoder_dropout_on_output",
+        ENCODER,
+        _encoder(
+            _FORWARD.replace("x = self.dropout(x + self.pe[:L])", "x = x + self.pe[:L]").replace(
+                "        return x\n", "        return self.dropout(x)\n"
+            )
+        ),
+        (T_ENCODER,),
+        "output of the last layer",
+    ),
+    Variant(
+        "encoder_functional_dropout_in_eval",
+        ENCODER,
+        _encoder(
+            _FORWARD.replace(
+                "x = self.dropout(x + self.pe[:L])",
+                "x = F.dropout(x + self.pe[:L], self.dropout.p)",
+            )
+        ),
+        (T_ENCODER,),
+        "still active in eval mode",
+    ),
+    Variant(
+        "encoder_pe_float64",
+        ENCODER,
+        _encoder(
+            _FORWARD.replace(
+                "x = self.dropout(x + self.pe[:L])",
+                "x = self.dropout(x + self.pe[:L].double())  # more precise",
+            )
+        ),
+        (T_ENCODER,),
+        "dtype torch.float64",
+    ),
 ]
 
 _ENCODER_CORRECT = [
@@ -638,6 +793,16 @@ _ENCODER_CORRECT = [
             x = self.layers[i](x, mask=keep)
         return x
 """),
+    ),
+    Variant(
+        "encoder_functional_dropout",
+        ENCODER,
+        _encoder(
+            _FORWARD.replace(
+                "x = self.dropout(x + self.pe[:L])",
+                "x = F.dropout(x + self.pe[:L], self.dropout.p, training=self.training)",
+            )
+        ),
     ),
 ]
 
