@@ -1,35 +1,29 @@
-"""Checks for notebook 02, multi-head attention: ``split_heads``, ``merge_heads`` and the
-``MultiHeadAttention`` module, plus ``load_reference_weights``, which gives a student's module the
-reference's weights whatever layout its projections use (the encoder notebook reuses it).
+"""Notebook 02: multi-head attention, as data for the runner.
 
-Mistakes the checks name (each recognised from the output it produces):
+- ``check_split_heads(split_heads)``: ``(B, L, D)`` -> ``(B, H, L, d_head)``, head h holding
+  features ``[h * d_head, (h + 1) * d_head)`` of every position.
+- ``check_merge_heads(merge_heads)``: ``(B, H, L, d_head)`` -> ``(B, L, D)``, the inverse.
+- ``check_multi_head_attention(MultiHeadAttention)``: ``MultiHeadAttention(D, H, dropout=0.0)``,
+  ``forward(query, key, value, mask=None)`` -> ``(output (B, L_q, D), weights (B, H, L_q, L_k))``,
+  dropout on the attention weights in training mode only.
+- ``load_reference_weights(module, reference)``: gives a student's module the reference's weights
+  whatever layout its projections use (the notebook's "compare with PyTorch" cell uses it, and
+  the check does the same in the student's kernel, scenario ``"multi_head.reference_weights"``).
 
-* ``split_heads``: ``view``/``reshape`` straight to ``(B, H, L, d_head)`` with no transpose;
-  heads built from interleaved features (``h, h + H, ...``); the transpose forgotten (shape
-  ``(B, L, H, d_head)``); the input modified in place; the output cut off from autograd.
-* ``merge_heads``: ``reshape`` straight back to ``(B, L, D)`` with no transpose; interleaved
-  features; ``transpose(...).view(...)`` on non-contiguous memory; heads left unflattened.
-* ``MultiHeadAttention``: output or weights of the wrong shape (weights averaged over the heads
-  give ``(B, L_q, L_k)``); scores scaled by ``sqrt(D)`` or not at all instead of
-  ``sqrt(d_head)``; heads split or merged with ``view`` but no transpose, or interleaved; the
-  output projection missing; ``q_proj`` used for keys and values (or any other mix-up of the
-  three projections, or of the ``query``/``key``/``value`` inputs); the mask ignored or its
-  polarity reversed; the softmax over the wrong axis; scores returned instead of weights; dropout
-  active in eval mode; outputs cut off from autograd; ``nn.MultiheadAttention``,
-  ``F.multi_head_attention_forward``, ``torch._native_multi_head_attention`` or
-  ``encoder_lib.MultiHeadAttention`` doing the work (``ForbiddenCallError``).
+The catalogue (each mistake has a BUGGY answer in tests/variants/a02_multi_head_attention.py):
+heads split or merged with ``view``/``reshape`` and no transpose, interleaved features, the
+transpose forgotten, ``view`` on non-contiguous memory; outputs of the wrong shape (weights
+averaged over the heads, heads never merged); scores scaled by sqrt(D) or not at all; the output
+projection missing; the projections or the inputs mixed up; the mask ignored, reversed or leaking;
+the softmax over the queries; the scores returned as weights; dropout missing in training, placed
+on the scores, the merged heads or the output, or still active in eval mode; a layout the weights
+cannot be loaded into. ``nn.MultiheadAttention``, ``F.multi_head_attention_forward``,
+``torch._native_multi_head_attention`` and ``encoder_lib.MultiHeadAttention`` are forbidden.
 
-Projection layouts ``load_reference_weights`` accepts (every one found is loaded):
-
-* separate layers ``q_proj``, ``k_proj``, ``v_proj``, each with ``weight (D, D)`` and ``bias (D,)``
-  (the notebook's given ``__init__``);
-* PyTorch's fused parameters ``in_proj_weight (3D, D)`` and ``in_proj_bias (3D,)`` (or None), as
-  ``nn.MultiheadAttention`` and ``encoder_lib.MultiHeadAttention`` store them;
-* one fused layer ``in_proj`` or ``qkv_proj`` (e.g. ``nn.Linear(D, 3 * D)``) whose output splits
-  with ``chunk(3, dim=-1)`` into Q, K, V in that order (rows ``[0, D)`` are Q, ``[D, 2D)`` K,
-  ``[2D, 3D)`` V: the same order as ``in_proj_weight``);
-
-and in every case ``out_proj`` with ``weight (D, D)`` and ``bias (D,)``.
+Layouts ``load_reference_weights`` fills (every one the module has): separate ``q_proj``,
+``k_proj``, ``v_proj`` layers (the given ``__init__``); PyTorch's fused ``in_proj_weight (3D, D)``
+and ``in_proj_bias``; one fused layer ``in_proj`` or ``qkv_proj`` of ``weight (3D, D)`` (rows
+``[0, D)`` Q, ``[D, 2D)`` K, ``[2D, 3D)`` V); and in every case ``out_proj``.
 """
 
 from __future__ import annotations
@@ -37,17 +31,20 @@ from __future__ import annotations
 import contextlib
 import itertools
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
 import encoder_lib
 
-from . import _core
-from ._core import ForbiddenCallError, GradingError
+from . import observe
+from .feedback import GradingError
+from .observe import Call, Failure, Forbidden, Observation
+from .runner import Case, Exercise, ModuleSpec, keep_first, randn, reference_mode, register
 
 __all__ = [
     "check_split_heads",
@@ -56,204 +53,193 @@ __all__ = [
     "load_reference_weights",
 ]
 
-_FORBIDDEN_TORCH = {
-    F.multi_head_attention_forward: "F.multi_head_attention_forward (nn.MultiheadAttention)",
-    torch._native_multi_head_attention: "torch._native_multi_head_attention",
-}
-_FORBIDDEN_PYTHON = (encoder_lib.MultiHeadAttention,)
-_BUILTIN_MODULES = (nn.MultiheadAttention, encoder_lib.MultiHeadAttention)
-_FUSED_LINEAR_NAMES = ("in_proj", "qkv_proj")
+observe.FORBIDDEN["multi_head_attention"] = Forbidden(
+    torch={
+        F.multi_head_attention_forward: "F.multi_head_attention_forward (nn.MultiheadAttention)",
+        torch._native_multi_head_attention: "torch._native_multi_head_attention",
+    },
+    python={
+        encoder_lib.MultiHeadAttention: "encoder_lib.attention.MultiHeadAttention",
+        nn.MultiheadAttention: "nn.MultiheadAttention",
+    },
+)
 
-_VIEW_HINT = (
-    " `view` only works on memory laid out contiguously, and a transposed tensor is not: use "
+VIEW_HINT = (
+    "`view` only works on memory laid out contiguously, and a transposed tensor is not: use "
     "`reshape`, or `.contiguous().view(...)`."
 )
-_SHAPE_HINT = (
-    " Print the shape after every step: (B, L, D) -> view (B, L, H, d_head) -> transpose "
+SHAPE_HINT = (
+    "Print the shape after every step: (B, L, D) -> view (B, L, H, d_head) -> transpose "
     "(B, H, L, d_head) -> attention -> transpose back (B, L, H, d_head) -> reshape (B, L, D)."
 )
-
-
-# --- calling student code ------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def _student(
-    exercise: str,
-    forbidden: bool = False,
-    shape_hint: bool = False,
-) -> Iterator[None]:
-    """``_core.student_call`` with this notebook's traps, plus hints for two common failures:
-    ``view`` on a transposed tensor, and an earlier exercise that is still a stub."""
-    try:
-        with _core.student_call(
-            exercise,
-            _FORBIDDEN_TORCH if forbidden else None,
-            _FORBIDDEN_PYTHON if forbidden else (),
-        ):
-            yield
-    except GradingError as e:
-        if _core._type(e) is not GradingError:
-            raise
-        cause = e.__cause__
-        if isinstance(cause, NotImplementedError):
-            where = _core.innermost_function(cause)
-            if where == "_forward_unimplemented":
-                raise GradingError(
-                    f"{exercise}: your class has no method `forward` (check its spelling and "
-                    "that it is indented inside the class)."
-                ) from cause
-            if where and where not in exercise and where != "forward":
-                raise GradingError(
-                    f"{exercise} calls {where}, which is not written yet: finish {where} first "
-                    "(or write this step without it)."
-                ) from cause
-            raise
-        if isinstance(cause, RuntimeError) and "view size is not compatible" in str(cause):
-            raise GradingError(f"{e}{_VIEW_HINT}") from cause
-        if shape_hint and isinstance(cause, RuntimeError | ValueError | IndexError):
-            raise GradingError(f"{e}{_SHAPE_HINT}") from cause
-        raise
-
-
-def _expect_shape(
-    x: Any,
-    shape: tuple[int, ...],
-    what: str,
-    letters: str,
-    hints: dict[tuple[int, ...], str] | None = None,
-) -> None:
-    _core.expect_tensor(x, what)
-    got = tuple(x.shape)
-    if got != tuple(shape) and hints and got in hints:
-        raise GradingError(
-            f"{what} has the wrong shape: expected {letters} = {tuple(shape)}, got {got}: "
-            f"{hints[got]}"
-        )
-    _core.expect_shape(x, shape, what, letters)
-
-
-def _expect_unchanged(given: torch.Tensor, original: torch.Tensor, exercise: str, name: str):
-    if given.shape != original.shape or not bool(torch.equal(given.detach(), original)):
-        raise GradingError(
-            f"{exercise} changed its input `{name}` in place; compute a new tensor instead "
-            "(avoid in-place methods ending in `_` on the inputs)."
-        )
-
-
-def _expect_grad(
-    leaf: torch.Tensor, expected: torch.Tensor, exercise: str, name: str, what: str
-) -> None:
-    if leaf.grad is None:
-        raise GradingError(
-            f"{exercise}: no gradient reaches `{name}`, so nothing before it could be trained. "
-            "Do not use .detach(), .numpy(), torch.tensor(...) or .data on the way."
-        )
-    _core.expect_close(leaf.grad, expected, f"the gradient of {what} with respect to `{name}`")
-
-
-# --- split_heads / merge_heads -------------------------------------------------------------------
-
-_SPLIT_NO_TRANSPOSE = (
+SPLIT_NO_TRANSPOSE = (
     "the features were reshaped straight to (B, H, L, d_head) with view/reshape and no transpose, "
     "so each head mixes the features of several tokens. Split the last dimension first, "
     "view(B, L, H, d_head), then swap the head and sequence dimensions with transpose(1, 2)."
 )
-_SPLIT_INTERLEAVED = (
+SPLIT_INTERLEAVED = (
     "head h got the interleaved features h, h + H, h + 2H, ... of the embedding. Head h must get "
     "the consecutive block h * d_head ... (h + 1) * d_head - 1: view(B, L, H, d_head), then "
     "transpose(1, 2)."
 )
-_MERGE_NO_TRANSPOSE = (
+MERGE_NO_TRANSPOSE = (
     "the heads were merged with view/reshape straight from (B, H, L, d_head) to (B, L, D), "
     "without transposing back first, so tokens receive each other's features. Transpose to "
     "(B, L, H, d_head) with transpose(1, 2), then reshape to (B, L, D)."
 )
-_MERGE_INTERLEAVED = (
+MERGE_INTERLEAVED = (
     "the heads were merged into interleaved features (head h at positions h, h + H, ...). Head "
     "h's d_head features must become the consecutive block h * d_head ... (h + 1) * d_head - 1: "
     "transpose(1, 2), then reshape to (B, L, D)."
 )
+NO_FORWARD = (
+    "MultiHeadAttention has no method `forward` (check its spelling and that it is indented "
+    "inside the class)."
+)
+LEAK = (
+    "padding leaks: your weights give up to {leak:.3g} to keys where the mask is False (True = "
+    "may attend). Those keys must get exactly zero weight: set their scores to -inf before the "
+    "softmax."
+)
+ROWS_SUM = (
+    "each query's weights should sum to 1 over the keys (softmax over the last dimension); yours "
+    "are off by up to {error:.3g}."
+)
+ACTIVE_IN_EVAL = (
+    "with dropout={p} and the module in eval mode (model.eval()), the result changed: dropout "
+    "must only act while training. Use nn.Dropout, or F.dropout(..., training=self.training)."
+)
+WHERE_DROPOUT = (
+    "Dropout belongs on the attention weights, after the softmax and before multiplying by V: "
+    "F.dropout(weights, self.dropout, self.training) or an nn.Dropout layer."
+)
+DROPOUT_MISSING = (
+    "dropout is missing in training: in training mode (model.train()) with dropout={p} your "
+    "output is the output without dropout. " + WHERE_DROPOUT
+)
+DROPOUT_ON = "dropout is applied to {where}. " + WHERE_DROPOUT
+TRAINING_MISMATCH = (
+    "in training mode with dropout={p} the output does not match the reference, although it "
+    "matched in eval mode: dropout is in the wrong place or has the wrong rate. "
+    + WHERE_DROPOUT
+    + " (The checks make F.dropout, nn.Dropout and the dropout_p of "
+    "F.scaled_dot_product_attention repeatable; a mask drawn by hand with torch.rand cannot be "
+    "compared.)"
+)
 
 
-@_core.guarded
-def check_split_heads(split_heads: Callable[..., Any], thorough: bool = False) -> None:
-    """``split_heads(x, num_heads)`` turns ``(B, L, D)`` into ``(B, H, L, d_head)``, head h
-    holding features ``[h * d_head, (h + 1) * d_head)`` of every token."""
-    cases = [(2, 3, 20, 4)]  # (B, L, D, H): all sizes distinct, so a swapped axis shows
-    if thorough:
-        cases += [(1, 1, 6, 1), (3, 4, 6, 6), (2, 5, 24, 3), (1, 7, 16, 8)]
-    for i, (B, L, D, H) in enumerate(cases):
+# --- split_heads / merge_heads -------------------------------------------------------------------
+
+
+def _view_hint(failure: Failure) -> str | None:
+    return VIEW_HINT if "view size is not compatible" in failure.message else None
+
+
+def _heads_case(name: str, x: torch.Tensor, num_heads: int | None, grad: bool = False) -> Case:
+    """A case of ``split_heads(x, num_heads)`` (``num_heads`` given) or ``merge_heads(x)``."""
+    if num_heads is not None:
+        (B, L, D), H = x.shape, num_heads
         d = D // H
-        x = _core.randn(B, L, D, seed=200 + i)
+        call, letters = (
+            f"split_heads(x, num_heads={H}) with x of shape (B, L, D)",
+            "(B, H, L, d_head)",
+        )
         expected = x.view(B, L, H, d).transpose(1, 2)
         mistakes = {
-            _SPLIT_NO_TRANSPOSE: x.reshape(B, H, L, d),
-            _SPLIT_INTERLEAVED: x.view(B, L, d, H).permute(0, 3, 1, 2),
+            SPLIT_NO_TRANSPOSE: x.reshape(B, H, L, d),
+            SPLIT_INTERLEAVED: x.view(B, L, d, H).permute(0, 3, 1, 2),
         }
-        given = x.clone()
-        with _student("split_heads"):
-            got = split_heads(given, H)
-        what = f"split_heads(x, num_heads={H}) for x of shape (B, L, D) = {(B, L, D)}"
-        _expect_unchanged(given, x, "split_heads", "x")
         hints = {
-            (B, L, H, d): "the head dimension must come before the sequence dimension: after "
+            (B, L, H, d): "The head dimension must come before the sequence dimension: after "
             "view(B, L, H, d_head), swap them with transpose(1, 2).",
-            (B, H * L, d): "keep the heads and the positions as two separate dimensions.",
+            (B, H * L, d): "Keep the heads and the positions as two separate dimensions.",
         }
-        _expect_shape(got, (B, H, L, d), what, "(B, H, L, d_head)", hints)
-        _core.expect_close(got, expected, what, mistakes)
-    if thorough:
-        B, L, D, H = 2, 3, 12, 3
-        x = _core.randn(B, L, D, seed=210).requires_grad_()
-        g = _core.randn(B, H, L, D // H, seed=211)
-        with _student("split_heads"):
-            got = split_heads(x, H)
-            if isinstance(got, torch.Tensor) and got.requires_grad:
-                (got * g).sum().backward()
-        _expect_grad(x, g.transpose(1, 2).reshape(B, L, D), "split_heads", "x", "split_heads")
-
-
-@_core.guarded
-def check_merge_heads(merge_heads: Callable[..., Any], thorough: bool = False) -> None:
-    """``merge_heads(x)`` turns ``(B, H, L, d_head)`` back into ``(B, L, D)``, the inverse of
-    ``split_heads``."""
-    cases = [(2, 4, 3, 5)]  # (B, H, L, d_head): all sizes distinct
-    if thorough:
-        cases += [(1, 1, 1, 6), (3, 6, 4, 1), (2, 3, 5, 8), (1, 8, 7, 2)]
-    for i, (B, H, L, d) in enumerate(cases):
-        D = H * d
-        x = _core.randn(B, H, L, d, seed=300 + i)
-        expected = x.transpose(1, 2).reshape(B, L, D)
+    else:
+        B, H, L, d = x.shape
+        call, letters = "merge_heads(x) with x of shape (B, H, L, d_head)", "(B, L, D)"
+        expected = x.transpose(1, 2).reshape(B, L, H * d)
         mistakes = {
-            _MERGE_NO_TRANSPOSE: x.reshape(B, L, D),
-            _MERGE_INTERLEAVED: x.permute(0, 2, 3, 1).reshape(B, L, D),
+            MERGE_NO_TRANSPOSE: x.reshape(B, L, H * d),
+            MERGE_INTERLEAVED: x.permute(0, 2, 3, 1).reshape(B, L, H * d),
         }
-        given = x.clone()
-        with _student("merge_heads"):
-            got = merge_heads(given)
-        what = f"merge_heads(x) for x of shape (B, H, L, d_head) = {(B, H, L, d)}"
-        _expect_unchanged(given, x, "merge_heads", "x")
         hints = {
-            (B, L, H, d): "the heads were moved back behind the sequence but not joined: reshape "
-            "to (B, L, H * d_head).",
-            (B, H, L * d): "transpose(1, 2) first, so that each position's heads end up side "
+            (B, L, H, d): "The heads were moved back behind the sequence but not joined: "
+            "reshape to (B, L, H * d_head).",
+            (B, H, L * d): "Transpose(1, 2) first, so that each position's heads end up side "
             "by side, then reshape to (B, L, D).",
         }
-        _expect_shape(got, (B, L, D), what, "(B, L, D)", hints)
-        _core.expect_close(got, expected, what, mistakes)
+    args = (x,) if num_heads is None else (x, num_heads)
+    extra: dict[str, Any] = {}
+    if grad:  # a rearrangement: the gradient is the upstream gradient rearranged back
+        upstream = randn(*expected.shape, seed=int(x.shape[-1]) + 1)
+        extra = {"grad": ("args[0]",), "upstream": (upstream,)}
+    case = Case(
+        Call(name, name, args, **extra),
+        f"{call} = {tuple(x.shape)}" + (", backpropagating" if grad else ""),
+        expected=expected,
+        mistakes=mistakes,
+        slots=("the output",),
+        letters=(letters,),
+        shape_hints=(hints,),
+        inputs={"args[0]": "x"},
+        failure_hint=_view_hint,
+    )
+    if grad:
+        leaf = x.clone().requires_grad_()
+        rearranged = _heads_case(name, leaf, num_heads).expected
+        case.grads = {"args[0]": torch.autograd.grad(rearranged, leaf, upstream)[0]}
+    return case
+
+
+def _split_cases(thorough: bool) -> Iterator[Case]:
+    shapes = [(2, 3, 20, 4)]  # (B, L, D, H): all sizes distinct, so a swapped axis shows
     if thorough:
-        B, H, L, d = 2, 3, 4, 2
-        x = _core.randn(B, H, L, d, seed=310).requires_grad_()
-        g = _core.randn(B, L, H * d, seed=311)
-        with _student("merge_heads"):
-            got = merge_heads(x)
-            if isinstance(got, torch.Tensor) and got.requires_grad:
-                (got * g).sum().backward()
-        _expect_grad(x, g.view(B, L, H, d).transpose(1, 2), "merge_heads", "x", "merge_heads")
+        shapes += [(1, 1, 6, 1), (3, 4, 6, 6), (2, 5, 24, 3), (1, 7, 16, 8), (2, 3, 12, 3)]
+    for i, (B, L, D, H) in enumerate(shapes):
+        yield _heads_case("split_heads", randn(B, L, D, seed=200 + i), H, grad=i == 5)
 
 
-# --- loading weights into any layout -------------------------------------------------------------
+def _merge_cases(thorough: bool) -> Iterator[Case]:
+    shapes = [(2, 4, 3, 5)]  # (B, H, L, d_head): all sizes distinct
+    if thorough:
+        shapes += [(1, 1, 1, 6), (3, 6, 4, 1), (2, 3, 5, 8), (1, 8, 7, 2), (2, 3, 4, 2)]
+    for i, shape in enumerate(shapes):
+        yield _heads_case("merge_heads", randn(*shape, seed=300 + i), None, grad=i == 5)
+
+
+check_split_heads = register(
+    Exercise(
+        "split_heads",
+        "Exercise 1 · split_heads",
+        "split_heads",
+        "test_split_heads",
+        "function",
+        "keep the given `def split_heads(x, num_heads):`",
+        _split_cases,
+    )
+)
+check_merge_heads = register(
+    Exercise(
+        "merge_heads",
+        "Exercise 2 · merge_heads",
+        "merge_heads",
+        "test_merge_heads",
+        "function",
+        "keep the given `def merge_heads(x):`",
+        _merge_cases,
+    )
+)
+
+
+# --- loading the reference's weights into any layout ---------------------------------------------
+
+Weights = Mapping[str, "torch.Tensor | None"]
+"""``in_proj_weight (3D, D)``, ``in_proj_bias (3D,)``, ``out_proj.weight``, ``out_proj.bias``
+(the biases may be None): ``encoder_lib.MultiHeadAttention``'s state."""
+
+
+class _LayoutError(Exception):
+    """The module cannot take the weights; the message says what to keep."""
 
 
 def _get(module: Any, name: str) -> Any:
@@ -265,13 +251,13 @@ def _get(module: Any, name: str) -> Any:
 
 def _copy_into(owner: str, target: Any, source: torch.Tensor) -> None:
     if not isinstance(target, torch.Tensor):
-        raise GradingError(
+        raise _LayoutError(
             f"{owner} should be a tensor (an nn.Parameter) of shape {tuple(source.shape)}, got "
-            f"{type(target).__name__}"
+            f"{type(target).__name__}."
         )
     if tuple(target.shape) != tuple(source.shape):
-        raise GradingError(
-            f"{owner} should have shape {tuple(source.shape)}, got {tuple(target.shape)}"
+        raise _LayoutError(
+            f"{owner} should have shape {tuple(source.shape)}, got {tuple(target.shape)}."
         )
     with torch.no_grad():
         target.copy_(source)
@@ -282,53 +268,30 @@ def _copy_bias(owner: str, target: Any, source: torch.Tensor | None) -> None:
         if isinstance(target, torch.Tensor):
             with torch.no_grad():
                 target.zero_()
-        return
-    if target is None:
+    elif target is None:
         if bool(source.any()):
-            raise GradingError(
+            raise _LayoutError(
                 f"{owner} is missing (None), but the reference has a bias: keep bias=True "
                 "(nn.Linear's default)."
             )
-        return
-    _copy_into(owner, target, source)
+    else:
+        _copy_into(owner, target, source)
 
 
-def _copy_layer(
-    module: nn.Module, name: str, weight: torch.Tensor, bias: torch.Tensor | None
-) -> None:
+def _copy_layer(module: nn.Module, name: str, weight: torch.Tensor, bias: torch.Tensor | None):
     cls = type(module).__name__
     layer = _get(module, name)
     _copy_into(f"{cls}.{name}.weight", _get(layer, "weight"), weight)
     _copy_bias(f"{cls}.{name}.bias", _get(layer, "bias"), bias)
 
 
-def load_reference_weights(module: nn.Module, reference: nn.Module) -> nn.Module:
-    """Copy ``reference``'s weights into ``module`` (a student's multi-head attention) and return
-    ``module``.
-
-    ``reference`` is an ``encoder_lib.MultiHeadAttention`` (or an ``nn.MultiheadAttention`` with
-    ``kdim = vdim = embed_dim``): fused ``in_proj_weight (3D, D)`` (Q, K, V rows in that order),
-    ``in_proj_bias`` and ``out_proj``. ``module`` may hold its projections as separate layers
-    ``q_proj``/``k_proj``/``v_proj``, as PyTorch's fused ``in_proj_weight``/``in_proj_bias``, or as
-    one fused layer ``in_proj`` or ``qkv_proj`` of ``weight (3D, D)``; every layout it has is
-    loaded, so a module that keeps unused layers still gets the right weights where it reads them.
-    It must have ``out_proj``. Values are copied into the existing tensors, which keep their dtype
-    (as ``load_state_dict`` does): convert ``module`` first to compare in float64.
-
-    Raises ``GradingError`` naming the attribute that is missing or has the wrong shape.
-    """
-    if not isinstance(module, nn.Module):
-        raise GradingError(
-            f"expected an nn.Module (an instance of your MultiHeadAttention), got "
-            f"{type(module).__name__}"
-        )
+def _load(module: nn.Module, weights: Weights) -> None:
+    """Copy ``weights`` into every projection layout ``module`` has (values copied into its
+    tensors, which keep their dtype); raise ``_LayoutError`` naming what is missing or wrong."""
     cls = type(module).__name__
-    weight = reference.in_proj_weight.detach()
-    bias = None if reference.in_proj_bias is None else reference.in_proj_bias.detach()
+    weight, bias = weights["in_proj_weight"], weights.get("in_proj_bias")
     D = weight.shape[1]
-    weights = weight.chunk(3)
-    biases = (None,) * 3 if bias is None else bias.chunk(3)
-
+    chunks = zip(weight.chunk(3), (None,) * 3 if bias is None else bias.chunk(3), strict=True)
     separate = ("q_proj", "k_proj", "v_proj")
     present = [name for name in separate if _get(module, name) is not None]
     loaded = False
@@ -337,60 +300,169 @@ def load_reference_weights(module: nn.Module, reference: nn.Module) -> nn.Module
         for a, b in itertools.combinations(separate, 2):
             wa, wb = _get(layers[a], "weight"), _get(layers[b], "weight")
             if layers[a] is layers[b] or (wa is not None and wa is wb):
-                raise GradingError(
+                raise _LayoutError(
                     f"{cls}.{b} is the same layer as {cls}.{a}: each projection needs its own "
-                    f"nn.Linear(D, D) with its own weights."
+                    "nn.Linear(D, D) with its own weights."
                 )
-        for name, w, b in zip(separate, weights, biases, strict=True):
+        for name, (w, b) in zip(separate, chunks, strict=True):
             _copy_layer(module, name, w, b)
         loaded = True
     if _get(module, "in_proj_weight") is not None:
         _copy_into(f"{cls}.in_proj_weight", _get(module, "in_proj_weight"), weight)
         _copy_bias(f"{cls}.in_proj_bias", _get(module, "in_proj_bias"), bias)
         loaded = True
-    for name in _FUSED_LINEAR_NAMES:
+    for name in ("in_proj", "qkv_proj"):
         if _get(module, name) is not None:
             _copy_layer(module, name, weight, bias)
             loaded = True
+    if not loaded and present:
+        missing = ", ".join(f"`{n}`" for n in separate if n not in present)
+        raise _LayoutError(
+            f"{cls} has {', '.join(f'`{n}`' for n in present)} but no {missing}: keep the "
+            f"three projections q_proj, k_proj, v_proj (nn.Linear({D}, {D}) each) that the "
+            "given __init__ creates."
+        )
     if not loaded:
-        if present:
-            missing = ", ".join(f"`{n}`" for n in separate if n not in present)
-            raise GradingError(
-                f"{cls} has {', '.join(f'`{n}`' for n in present)} but no {missing}: keep the "
-                f"three projections q_proj, k_proj, v_proj (nn.Linear({D}, {D}) each) that the "
-                "given __init__ creates."
-            )
-        raise GradingError(
+        raise _LayoutError(
             f"{cls} has no attribute `q_proj` (nor PyTorch's fused `in_proj_weight`, nor a fused "
             f"layer `in_proj`): keep the projections q_proj, k_proj, v_proj (nn.Linear({D}, {D}) "
             "each) that the given __init__ creates."
         )
     if _get(module, "out_proj") is None:
-        raise GradingError(
+        raise _LayoutError(
             f"{cls} has no attribute `out_proj`, the output projection nn.Linear({D}, {D}) that "
             "mixes the heads: keep the one the given __init__ creates."
         )
-    _copy_layer(module, "out_proj", reference.out_proj.weight.detach(), _out_bias(reference))
+    _copy_layer(module, "out_proj", weights["out_proj.weight"], weights.get("out_proj.bias"))
+
+
+def load_reference_weights(module: nn.Module, reference: nn.Module) -> nn.Module:
+    """Copy ``reference``'s weights into ``module`` (a student's multi-head attention) and return
+    ``module``.
+
+    ``reference`` is an ``encoder_lib.MultiHeadAttention`` (or an ``nn.MultiheadAttention`` with
+    ``kdim = vdim = embed_dim``). ``module`` may hold its projections as separate layers
+    ``q_proj``/``k_proj``/``v_proj``, as PyTorch's fused ``in_proj_weight``/``in_proj_bias``, or as
+    one fused layer ``in_proj`` or ``qkv_proj``; every layout it has is loaded, so a module that
+    keeps unused layers still gets the right weights where it reads them. It must have
+    ``out_proj``. Values are copied into the existing tensors, which keep their dtype (as
+    ``load_state_dict`` does): convert ``module`` first to compare in float64.
+
+    Raises ``GradingError`` naming the attribute that is missing or has the wrong shape.
+    """
+    if not isinstance(module, nn.Module):
+        raise GradingError(
+            "expected an nn.Module (an instance of your MultiHeadAttention), got "
+            f"{type(module).__name__}"
+        )
+    try:
+        _load(module, {k: v.detach() for k, v in reference.state_dict().items()})
+    except _LayoutError as error:
+        raise GradingError(str(error)) from None
     return module
 
 
-def _out_bias(reference: nn.Module) -> torch.Tensor | None:
-    b = reference.out_proj.bias
-    return None if b is None else b.detach()
+def _observe_with_reference_weights(lookup: Callable[[str], Any], call: Call) -> Observation:
+    """The ``"call"`` scenario for a module whose layout the grader does not know: build
+    ``target(*init)``, convert it to ``call.dtype``, copy ``call.options["weights"]`` into it with
+    ``_load`` (a layout that cannot take them is reported like a missing name, with its
+    sentence), put it in train or eval mode and call it. Runs in the student's kernel."""
+    target = observe._lookup_target(lookup, call.target)
+    obs = Observation(info={"target": observe.kind_of(target)})
+    if not isinstance(target, type):
+        return obs
+    args = observe._materialise(call.args, [])
+    inputs = observe.named_tensors(args, {})
+    for name in call.grad:
+        if name in inputs:
+            inputs[name].requires_grad_(True)
+    phase = "construct"
+    with observe.student_mode(call.exercise, call.seed) as seen, _RepeatableSdpaDropout():
+        try:
+            module = target(*call.init[0], **call.init[1])
+            obs.info["module"] = observe.describe_module(module)
+            if isinstance(module, nn.Module):
+                phase = "load"
+                module = module.to(call.dtype)
+                _load(module, call.options["weights"])
+                if type(module).forward is nn.Module.forward:
+                    raise _LayoutError(NO_FORWARD)
+                module.train(call.train)
+                phase = "call"
+                with contextlib.nullcontext() if call.upstream else torch.no_grad():
+                    value = module(*args)
+                obs.value, obs.info["tensors"] = observe.export_value(value)
+                if call.upstream is not None:
+                    phase = "backward"
+                    observe._backward(value, call.upstream)
+                    obs.grads = {name: observe._grad(inputs.get(name)) for name in call.grad}
+        except _LayoutError as problem:
+            obs.failure = Failure("missing", "", str(problem), phase)
+        except Exception as error:  # anything the student's code raised is observed, not raised
+            obs.failure = observe._failure(error, phase, seen)
+        if seen and (obs.failure is None or obs.failure.kind != "forbidden"):
+            obs.failure = Failure("forbidden", seen[0], "", phase)
+    obs.after = {name: t.detach().clone() for name, t in inputs.items()}
+    return obs
 
 
-# --- MultiHeadAttention --------------------------------------------------------------------------
+observe.SCENARIOS["multi_head.reference_weights"] = _observe_with_reference_weights
 
 
-def _reference(D: int, H: int, seed: int) -> encoder_lib.MultiHeadAttention:
-    """A float64 reference with random (not PyTorch's zero) biases, so every parameter shows."""
-    ref = encoder_lib.MultiHeadAttention(D, H).to(torch.float64).eval()
-    with torch.no_grad():
-        ref.in_proj_weight.copy_(_core.randn(3 * D, D, seed=seed) / math.sqrt(D))
-        ref.in_proj_bias.copy_(_core.randn(3 * D, seed=seed + 1) * 0.2)
-        ref.out_proj.weight.copy_(_core.randn(D, D, seed=seed + 2) / math.sqrt(D))
-        ref.out_proj.bias.copy_(_core.randn(D, seed=seed + 3) * 0.2)
-    return ref
+class _RepeatableSdpaDropout(TorchFunctionMode):
+    """``F.scaled_dot_product_attention`` with ``dropout_p`` > 0 draws its own random mask; in
+    the check it runs as softmax, then ``F.dropout`` on the weights (repeatable in student mode),
+    then ``@ value``: an answer that uses it for the output can be compared in training mode."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is F.scaled_dot_product_attention:
+            names = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale")
+            bound = dict(zip(names, args, strict=False)) | kwargs
+            if bound.get("dropout_p", 0.0) > 0.0:
+                return _sdpa_by_hand(**bound)
+        return func(*args, **kwargs)
+
+
+def _sdpa_by_hand(
+    query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, **_
+) -> torch.Tensor:
+    scores = query @ key.transpose(-2, -1) * (scale or 1.0 / math.sqrt(query.shape[-1]))
+    if is_causal:
+        attn_mask = torch.ones(scores.shape[-2:], dtype=torch.bool).tril()
+    if attn_mask is not None and attn_mask.dtype == torch.bool:
+        scores = scores.masked_fill(~attn_mask, float("-inf"))
+    elif attn_mask is not None:
+        scores = scores + attn_mask
+    return F.dropout(torch.softmax(scores, dim=-1).nan_to_num(0.0), dropout_p) @ value
+
+
+# --- MultiHeadAttention: the reference and its mistakes ------------------------------------------
+
+
+def _weights(D: int, seed: int) -> dict[str, torch.Tensor]:
+    """Random weights and (non-zero) biases in float64, so that every parameter shows."""
+    return {
+        "in_proj_weight": randn(3 * D, D, seed=seed) / math.sqrt(D),
+        "in_proj_bias": randn(3 * D, seed=seed + 1) * 0.2,
+        "out_proj.weight": randn(D, D, seed=seed + 2) / math.sqrt(D),
+        "out_proj.bias": randn(D, seed=seed + 3) * 0.2,
+    }
+
+
+def _reference(weights, H, dropout, dtype, train, *tensors, backward=None):
+    """``encoder_lib.MultiHeadAttention`` with ``weights``, in float64 or float32, run on
+    ``tensors`` the way the student's module is (deterministic dropout); with ``backward``
+    (upstream gradients) the gradients of the inputs instead."""
+    with reference_mode():
+        D = weights["out_proj.weight"].shape[0]
+        ref = encoder_lib.MultiHeadAttention(D, H, dropout).to(dtype).train(train)
+        ref.load_state_dict(weights)
+        if backward is None:
+            with torch.no_grad():
+                return ref(*tensors)
+        leaves = [t.clone().requires_grad_() for t in tensors[:3]]
+        return torch.autograd.grad(ref(*leaves, *tensors[3:]), leaves, backward)
 
 
 _SLOT = ("queries", "keys", "values")
@@ -398,7 +470,8 @@ _INPUT = ("query", "key", "value")
 
 
 def _attend(
-    ref: encoder_lib.MultiHeadAttention,
+    weights: Weights,
+    H: int,
     query: torch.Tensor,
     key: torch.Tensor,
     value: torch.Tensor,
@@ -412,13 +485,15 @@ def _attend(
     out_proj: bool = True,
     mask_mode: str = "ok",
     softmax_dim: int = -1,
+    p: float = 0.0,
+    dropout_on: str = "weights",
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Multi-head attention with one mistake switched on: ``(output, weights, scores)``."""
+    """Multi-head attention with one mistake switched on: ``(output, weights, scores)``. Run it
+    under ``reference_mode`` when ``p`` > 0 (deterministic dropout)."""
     B, L_q, D = query.shape
-    H = ref.num_heads
     d = D // H
-    w = dict(zip("qkv", ref.in_proj_weight.chunk(3), strict=True))
-    b = dict(zip("qkv", ref.in_proj_bias.chunk(3), strict=True))
+    w = dict(zip("qkv", weights["in_proj_weight"].chunk(3), strict=True))
+    b = dict(zip("qkv", weights["in_proj_bias"].chunk(3), strict=True))
     src = (query, key, value)
 
     def heads(t: torch.Tensor, kind: str) -> torch.Tensor:
@@ -429,37 +504,34 @@ def _attend(
             return t.reshape(n, length, d, H).permute(0, 3, 1, 2)
         return t.reshape(n, length, H, d).transpose(1, 2)
 
+    def drop(t: torch.Tensor, where: str) -> torch.Tensor:
+        return F.dropout(t, p) if p > 0 and dropout_on == where else t
+
     q, k, v = (heads(F.linear(src[inputs[i]], w[proj[i]], b[proj[i]]), split) for i in range(3))
     scores = q @ k.transpose(-2, -1)
-    if scale == "head":
-        scores = scores / math.sqrt(d)
-    elif scale == "model":
-        scores = scores / math.sqrt(D)
-    masked = scores
+    scores = scores / {"head": math.sqrt(d), "model": math.sqrt(D), "none": 1.0}[scale]
+    masked = drop(scores, "scores")
     if mask is not None and mask_mode != "ignored":
         allowed = mask if mask_mode == "ok" else ~mask
-        masked = scores.masked_fill(~allowed, float("-inf"))
-    weights = torch.softmax(masked, dim=softmax_dim).nan_to_num(0.0)
-    out = weights @ v  # (B, H, L_q, d)
+        masked = masked.masked_fill(~allowed, float("-inf"))
+    attention = drop(torch.softmax(masked, dim=softmax_dim).nan_to_num(0.0), "weights")
+    out = attention @ v  # (B, H, L_q, d)
     if merge == "view":
         out = out.reshape(B, L_q, D)
     elif merge == "interleaved":
         out = out.permute(0, 2, 3, 1).reshape(B, L_q, D)
     else:
         out = out.transpose(1, 2).reshape(B, L_q, D)
+    out = drop(out, "merged")
     if out_proj:
-        out = F.linear(out, ref.out_proj.weight, ref.out_proj.bias)
-    return out, weights, scores
+        out = F.linear(out, weights["out_proj.weight"], weights["out_proj.bias"])
+    return drop(out, "output"), attention, scores
 
 
-def _mistakes(
-    ref: encoder_lib.MultiHeadAttention,
-    args: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None],
-) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
-    """``(description, output, weights)`` of every mistake the check recognises, most common
-    first (the first match is reported)."""
+def _mistakes(weights: Weights, H: int, args: tuple) -> dict[str, tuple[Any, Any]]:
+    """Description -> ``(output, weights)`` of every mistake the check recognises in eval mode,
+    most common first (the first match is reported)."""
     D = args[0].shape[-1]
-    H = ref.num_heads
     d = D // H
     found: list[tuple[str, dict[str, Any]]] = [
         (
@@ -475,11 +547,11 @@ def _mistakes(
         ),
         (
             "the heads were split and merged with view/reshape but no transpose, so each head "
-            "mixes several tokens' features." + _SHAPE_HINT,
+            "mixes several tokens' features. " + SHAPE_HINT,
             {"split": "view", "merge": "view"},
         ),
-        ("the heads were split wrongly: " + _SPLIT_NO_TRANSPOSE, {"split": "view"}),
-        ("the heads were merged wrongly: " + _MERGE_NO_TRANSPOSE, {"merge": "view"}),
+        ("the heads were split wrongly: " + SPLIT_NO_TRANSPOSE, {"split": "view"}),
+        ("the heads were merged wrongly: " + MERGE_NO_TRANSPOSE, {"merge": "view"}),
         (
             "the output projection is missing: pass the merged heads through self.out_proj, the "
             "layer that mixes what the heads found.",
@@ -529,288 +601,222 @@ def _mistakes(
         ),
         (
             "heads built from interleaved features (head h took features h, h + H, ...): "
-            + _SPLIT_INTERLEAVED,
+            + SPLIT_INTERLEAVED,
             {"split": "interleaved", "merge": "interleaved"},
         ),
-        ("the heads were split wrongly: " + _SPLIT_INTERLEAVED, {"split": "interleaved"}),
-        ("the heads were merged wrongly: " + _MERGE_INTERLEAVED, {"merge": "interleaved"}),
+        ("the heads were split wrongly: " + SPLIT_INTERLEAVED, {"split": "interleaved"}),
+        ("the heads were merged wrongly: " + MERGE_INTERLEAVED, {"merge": "interleaved"}),
     ]
-    result = []
-    with torch.no_grad():
-        for description, flags in found:
-            try:
-                out, weights, _ = _attend(ref, *args, **flags)
-            except RuntimeError:  # e.g. keys taken from an input of another length
-                continue
-            result.append((description, out, weights))
+    result: dict[str, tuple[Any, Any]] = {}
+    for description, flags in found:
+        try:
+            out, attention, _ = _attend(weights, H, *args, **flags)
+        except RuntimeError:  # e.g. keys taken from an input of another length
+            continue
+        result[description] = (out, attention)
+    _, _, scores = _attend(weights, H, *args)
+    result["the weights returned are the scores before the softmax: return softmax(scores)."] = (
+        None,
+        scores,
+    )
     return result
 
 
-def _as_pair(result: Any, what: str) -> tuple[Any, Any]:
-    if isinstance(result, torch.Tensor):
-        raise GradingError(
-            f"{what} returned one tensor; forward must return the pair (output, weights), "
-            "weights of shape (B, H, L_q, L_k)."
-        )
-    if not isinstance(result, tuple | list) or len(result) != 2:
-        raise GradingError(
-            f"{what} should return the pair (output, weights), got {type(result).__name__}"
-            + (f" of length {len(result)}" if isinstance(result, tuple | list) else "")
-        )
-    return result[0], result[1]
+def _dropout_mistakes(weights: Weights, H: int, args: tuple, p: float) -> dict[str, tuple]:
+    """In training mode: description -> ``(output, None)`` of dropout missing or misplaced."""
+    with reference_mode():
+        wrong = {DROPOUT_MISSING.format(p=p): _attend(weights, H, *args)}
+        for where, on in (
+            ("the scores, before the softmax", "scores"),
+            ("the merged heads, before out_proj", "merged"),
+            ("the output, after out_proj", "output"),
+        ):
+            wrong[DROPOUT_ON.format(where=where)] = _attend(weights, H, *args, p=p, dropout_on=on)
+    return {description: (value[0], None) for description, value in wrong.items()}
 
 
-def _reject_builtin(module: Any) -> None:
-    if not isinstance(module, nn.Module):
-        raise GradingError(
-            f"MultiHeadAttention(...) should build an nn.Module, got {type(module).__name__}: "
-            "define `class MultiHeadAttention(nn.Module)`."
-        )
-    for name, sub in module.named_modules():
-        if isinstance(sub, _BUILTIN_MODULES):
-            what = "the module itself is" if not name else f"self.{name} is"
-            raise ForbiddenCallError(
-                f"MultiHeadAttention uses {type(sub).__module__}.{type(sub).__qualname__} "
-                f"({what} one), which already does what this exercise asks you to write, so it "
-                "earns no points. Write it with the given q_proj, k_proj, v_proj and out_proj; "
-                "you may use PyTorch's module afterwards to check your answer."
-            )
+def _weight_properties(obs: Observation, mask: torch.Tensor | None) -> str | None:
+    """Padding that leaks, or rows that do not sum to 1."""
+    w = obs.value[1].to(torch.float64)
+    if mask is not None:
+        hidden = ~mask.expand(w.shape)
+        leak = float(w[hidden].abs().max()) if bool(hidden.any()) else 0.0
+        if not leak <= 1e-9:
+            return LEAK.format(leak=leak)
+    error = float((w.sum(dim=-1) - 1).abs().max())
+    return None if error <= 1e-6 else ROWS_SUM.format(error=error)
 
 
-def _build(cls: Any, D: int, H: int, dropout: float | None = None) -> nn.Module:
-    with _student("MultiHeadAttention.__init__", forbidden=True):
-        module = cls(D, H) if dropout is None else cls(D, H, dropout)
-    _reject_builtin(module)
-    with _student("MultiHeadAttention.to(torch.float64)"):
-        module = module.to(torch.float64).eval()
-    return module
+# --- MultiHeadAttention: the cases ---------------------------------------------------------------
 
 
-def _case_inputs(name: str, seed: int) -> tuple[str, int, int, tuple, torch.Tensor | None]:
-    """``(description, D, H, (query, key, value), mask)`` for one named case."""
-    if name == "self":
-        B, L, D, H = 2, 5, 12, 3
-        x = _core.randn(B, L, D, seed=seed)
-        return f"self-attention on x of shape (B, L, D) = {(B, L, D)}", D, H, (x, x, x), None
-    if name == "padding":
-        B, L, D, H = 2, 5, 12, 3
-        x = _core.randn(B, L, D, seed=seed)
-        mask = _core.keep_first([4, 2], L)
-        return (
-            f"self-attention on x of shape {(B, L, D)} with a padding mask of shape (B, 1, 1, L) "
-            "(True = may attend)",
-            D,
-            H,
-            (x, x, x),
-            mask,
-        )
-    if name in ("cross", "cross_masked"):
-        B, L_q, L_k, D, H = 2, 3, 6, 12, 3
-        q = _core.randn(B, L_q, D, seed=seed)
-        k = _core.randn(B, L_k, D, seed=seed + 1)
-        v = _core.randn(B, L_k, D, seed=seed + 2)
-        masked = name == "cross_masked"
-        return (
-            f"cross-attention, query {(B, L_q, D)}, key and value {(B, L_k, D)} (different "
-            "tensors)" + (", padding mask (B, 1, 1, L_k)" if masked else ""),
-            D,
-            H,
-            (q, k, v),
-            _core.keep_first([5, 3], L_k) if masked else None,
-        )
-    if name == "cross_same_length":
-        B, L, D, H = 3, 4, 8, 2
-        q, k, v = (_core.randn(B, L, D, seed=seed + i) for i in range(3))
-        return (
-            f"cross-attention with three different tensors of shape {(B, L, D)}",
-            D,
-            H,
-            (q, k, v),
-            None,
-        )
-    if name == "causal":
-        B, L, D, H = 3, 6, 8, 2
-        x = _core.randn(B, L, D, seed=seed)
-        return (
-            f"self-attention on x of shape {(B, L, D)} with a causal mask (L, L)",
-            D,
-            H,
-            (x, x, x),
-            encoder_lib.causal_mask(L),
-        )
+_SIZES = {  # name -> (B, L_q, L_k, D, H)
+    "self": (2, 5, 5, 12, 3),
+    "padding": (2, 5, 5, 12, 3),
+    "cross": (2, 3, 6, 12, 3),
+    "cross_masked": (2, 3, 6, 12, 3),
+    "cross_same_length": (3, 4, 4, 8, 2),
+    "causal": (3, 6, 6, 8, 2),
+    "full_mask": (2, 3, 5, 16, 4),
+    "tiny": (1, 1, 1, 4, 1),
+    "d_head_1": (2, 3, 3, 6, 6),
+}
+
+
+def _inputs(name: str, seed: int) -> tuple[str, int, int, tuple, torch.Tensor | None]:
+    """``(description, D, H, (query, key, value), mask)`` for one named input."""
+    B, L_q, L_k, D, H = _SIZES[name]
+    query = randn(B, L_q, D, seed=seed)
+    if name.startswith("cross"):
+        tensors = (query, randn(B, L_k, D, seed=seed + 1), randn(B, L_k, D, seed=seed + 2))
+        text = f"cross-attention, query {(B, L_q, D)}, key and value {(B, L_k, D)}, all different"
+    elif name == "full_mask":
+        kv = randn(B, L_k, D, seed=seed + 1)
+        tensors = (query, kv, kv)
+        text = f"cross-attention, query {(B, L_q, D)}, key = value {(B, L_k, D)}"
+    else:
+        tensors = (query, query, query)
+        text = f"self-attention on x of shape (B, L, D) = {(B, L_q, D)}"
+    mask = {
+        "padding": lambda: keep_first([4, 2], L_k),
+        "cross_masked": lambda: keep_first([5, 3], L_k),
+        "causal": lambda: encoder_lib.causal_mask(L_q),
+        "full_mask": lambda: randn(B, H, L_q, L_k, seed=seed + 2) > 0,
+    }.get(name, lambda: None)()
     if name == "full_mask":
-        B, H, L_q, L_k, D = 2, 4, 3, 5, 16
-        q = _core.randn(B, L_q, D, seed=seed)
-        kv = _core.randn(B, L_k, D, seed=seed + 1)
-        scores = _core.randn(B, H, L_q, L_k, seed=seed + 2)
-        mask = scores > 0
-        mask[..., 0] = True  # every row keeps a key, and (below) loses one
-        mask[..., 1] = False
-        return (
-            f"cross-attention, query {(B, L_q, D)}, key = value {(B, L_k, D)}, a mask of shape "
-            "(B, H, L_q, L_k)",
-            D,
-            H,
-            (q, kv, kv),
-            mask,
-        )
-    if name == "tiny":
-        x = _core.randn(1, 1, 4, seed=seed)
-        return "self-attention on x of shape (1, 1, 4) with one head", 4, 1, (x, x, x), None
-    if name == "d_head_1":
-        B, L, D, H = 2, 3, 6, 6
-        x = _core.randn(B, L, D, seed=seed)
-        return f"self-attention on x of shape {(B, L, D)} with H = D = 6", D, H, (x, x, x), None
-    raise ValueError(name)
+        mask[..., 0], mask[..., 1] = True, False  # every row keeps a key and loses one
+    if mask is not None:
+        kind = {"causal": "causal", "full_mask": "per-head"}.get(name, "padding")
+        text += f", a {kind} mask of shape {tuple(mask.shape)} (True = may attend)"
+    return text, D, H, tensors, mask
 
 
-def _run_case(cls: Any, name: str, seed: int, dropout: float | None = None) -> None:
-    description, D, H, tensors, mask = _case_inputs(name, seed)
-    query, key, value = tensors
+def _mha_case(
+    name: str,
+    seed: int,
+    dropout: float | None = None,
+    train: bool = False,
+    dtype: torch.dtype = torch.float64,
+    grad: bool = False,
+) -> Case:
+    description, D, H, tensors, mask = _inputs(name, seed)
+    tensors = tuple(t.to(dtype) for t in tensors) if dtype != torch.float64 else tensors
+    query, key, _ = tensors
     B, L_q, _ = query.shape
-    L_k = key.shape[1]
-    d = D // H
-    ref = _reference(D, H, seed + 10)
-    with torch.no_grad():
-        expected_out, expected_w = ref(query, key, value, mask)
-    known: list[Any] = []
-
-    def mistakes() -> list[tuple[str, torch.Tensor, torch.Tensor]]:
-        """Computed only when the answer is wrong (right answers do not pay for them)."""
-        if not known:
-            known.extend(_mistakes(ref, (query, key, value, mask)))
-            with torch.no_grad():
-                _, _, scores = _attend(ref, query, key, value, mask)
-            known.append(
-                (
-                    "the weights returned are the scores before the softmax: return "
-                    "softmax(scores).",
-                    None,
-                    scores,
-                )
-            )
-        return known
-
-    module = _build(cls, D, H, dropout)
-    load_reference_weights(module, ref)
-    # the student's call sees copies (self-attention keeps one tensor passed three times)
-    copies = {id(t): t.clone() for t in tensors}
-    args = [copies[id(t)] for t in tensors] + ([] if mask is None else [mask.clone()])
-    with _student("MultiHeadAttention.forward", forbidden=True, shape_hint=True):
-        result = module(*args)
-    for label, original in zip(_INPUT, tensors, strict=True):
-        _expect_unchanged(copies[id(original)], original, "MultiHeadAttention.forward", label)
-
-    what = f"MultiHeadAttention({D}, {H}), {description}:"
-    out, weights = _as_pair(result, f"{what} forward")
-    out_hints = {
-        (B, H, L_q, d): "the heads were never merged: transpose back to (B, L_q, H, d_head), "
-        "reshape to (B, L_q, D), then apply out_proj.",
-        (B, L_q, H, d): "the heads were moved back but not joined: reshape to (B, L_q, D).",
-    }
-    w_hints = {
-        (B, L_q, L_k): "the weights were averaged over the heads (as nn.MultiheadAttention does "
+    L_k, d = key.shape[1], D // H
+    weights = _weights(D, seed + 10)
+    args = (*tensors, *(() if mask is None else (mask,)))
+    p = dropout or 0.0
+    expected = _reference(weights, H, p, dtype, train, *args)
+    extra: dict[str, Any] = {}
+    if grad:
+        upstream = (randn(B, L_q, D, seed=seed + 20), randn(B, H, L_q, L_k, seed=seed + 21))
+        extra = {"grad": ("args[0]", "args[1]", "args[2]"), "upstream": upstream}
+    init = (D, H) if dropout is None else (D, H, dropout)
+    mode = " in training mode" if train else (" in eval mode" if dropout else "")
+    dtype_text = "" if dtype == torch.float64 else f" ({str(dtype).removeprefix('torch.')})"
+    probes: tuple = ()
+    if train:
+        expected = (expected[0], None)  # the returned weights may be taken before or after dropout
+        mistakes: Any = lambda: _dropout_mistakes(weights, H, (*tensors, mask), p)  # noqa: E731
+        probes = (lambda obs, ask: TRAINING_MISMATCH.format(p=p),)
+    elif dropout:
+        mistakes = {ACTIVE_IN_EVAL.format(p=p): _reference(weights, H, p, dtype, True, *args)}
+        probes = (lambda obs, ask: ACTIVE_IN_EVAL.format(p=p),)
+    else:
+        mistakes = lambda: _mistakes(weights, H, (*tensors, mask))  # noqa: E731
+        probes = (lambda obs, ask: _weight_properties(obs, mask),)
+    weight_hints = {
+        (B, L_q, L_k): "The weights were averaged over the heads (as nn.MultiheadAttention does "
         "by default); return every head's weights, shape (B, H, L_q, L_k).",
-        (B, L_q, H, H): "the heads were never moved in front of the sequence: after "
+        (B, L_q, H, H): "The heads were never moved in front of the sequence: after "
         "view(B, L, H, d_head), transpose dimensions 1 and 2.",
     }
     if L_q != L_k:
-        w_hints[(B, H, L_q, L_q)] = (
-            "there is one column per query instead of one per key: project the keys from "
+        weight_hints[(B, H, L_q, L_q)] = (
+            "There is one column per query instead of one per key: project the keys from "
             "`key` and the values from `value`, not from `query`."
         )
-    _expect_shape(out, (B, L_q, D), f"{what} the output", "(B, L_q, D)", out_hints)
-    _expect_shape(
-        weights, (B, H, L_q, L_k), f"{what} the weights tensor", "(B, H, L_q, L_k)", w_hints
+    case = Case(
+        Call(
+            "MultiHeadAttention",
+            "multi_head_attention",
+            args,
+            init=(init, {}),
+            dtype=dtype,
+            train=train,
+            inspect=True,
+            scenario="multi_head.reference_weights",
+            options={"weights": weights},
+            **extra,
+        ),
+        f"MultiHeadAttention({D}, {H}{'' if dropout is None else f', dropout={dropout}'})"
+        f"{mode}{dtype_text}, {description}" + (", backpropagating" if grad else ""),
+        expected=expected,
+        mistakes=mistakes,
+        probes=probes,
+        slots=("the output", "the weights tensor"),
+        letters=("(B, L_q, D)", "(B, H, L_q, L_k)"),
+        shape_hints=(
+            {
+                (B, H, L_q, d): "The heads were never merged: transpose back to (B, L_q, H, "
+                "d_head), reshape to (B, L_q, D), then apply out_proj.",
+                (B, L_q, H, d): "The heads were moved back but not joined: reshape to (B, L_q, D).",
+            },
+            weight_hints,
+        ),
+        order=(1, 0),
+        module=_MODULE,
+        inputs={"args[0]": "query", "args[1]": "key", "args[2]": "value", "args[3]": "mask"},
+        failure_hint=_forward_hint,
     )
-    if dropout is not None:
-        try:
-            _core.expect_close(out, expected_out, f"{what} the output")
-            _core.expect_close(weights, expected_w, f"{what} the weights tensor")
-        except GradingError as e:
-            raise GradingError(
-                f"With dropout={dropout} and the module in eval mode, the result changed: dropout "
-                "must only act while training. Use nn.Dropout, or F.dropout(..., "
-                f"training=self.training). ({e})"
-            ) from None
-        return
-    # When no known mistake explains a difference, a broken property of the weights may.
-    _core.expect_close(
-        out,
-        expected_out,
-        f"{what} the output",
-        lambda: {m: o for m, o, _ in mistakes() if o is not None},
-        probes=(lambda: _expect_weight_properties(f"{what} the output", weights, mask),),
+    if grad:
+        grads = _reference(weights, H, p, dtype, train, *args, backward=upstream)
+        case.grads = dict(zip(extra["grad"], grads, strict=True))
+    return case
+
+
+_MODULE = ModuleSpec(
+    forbidden_submodules={
+        "torch.nn.modules.activation.MultiheadAttention": "nn.MultiheadAttention",
+        "encoder_lib.attention.MultiHeadAttention": "encoder_lib.MultiHeadAttention",
+    },
+    not_module_message=(
+        "MultiHeadAttention(...) should build an nn.Module, got {type}: define "
+        "`class MultiHeadAttention(nn.Module)`."
+    ),
+    keep_init="keep the given __init__",
+)
+
+
+def _forward_hint(failure: Failure) -> str | None:
+    hint = _view_hint(failure)
+    shapes = failure.error in ("RuntimeError", "ValueError", "IndexError")
+    return SHAPE_HINT if hint is None and failure.phase == "call" and shapes else hint
+
+
+def _mha_cases(thorough: bool) -> Iterator[Case]:
+    names = ["self", "padding", "cross"]
+    if thorough:
+        names += ["cross_masked", "cross_same_length", "causal", "full_mask", "tiny", "d_head_1"]
+    for i, name in enumerate(names):
+        yield _mha_case(name, seed=400 + 20 * i)
+    yield _mha_case("self", seed=560, dropout=0.5, train=True)
+    yield _mha_case("padding", seed=600, dropout=0.5)
+    if thorough:
+        yield _mha_case("cross_masked", seed=580, dropout=0.3, train=True)
+        yield _mha_case("padding", seed=640, dtype=torch.float32)
+        yield _mha_case("cross_masked", seed=620, grad=True)
+
+
+check_multi_head_attention = register(
+    Exercise(
+        "multi_head_attention",
+        "Exercise 3 · MultiHeadAttention",
+        "MultiHeadAttention",
+        "test_multi_head_attention",
+        "class",
+        "keep the given `class MultiHeadAttention(nn.Module):` and its __init__; write forward.",
+        _mha_cases,
     )
-    _core.expect_close(
-        weights,
-        expected_w,
-        f"{what} the weights tensor",
-        lambda: {m: w for m, _, w in mistakes()},
-        probes=(lambda: _expect_weight_properties(f"{what} the weights tensor", weights, mask),),
-    )
-
-
-def _expect_weight_properties(what: str, weights: torch.Tensor, mask: torch.Tensor | None) -> None:
-    """Raise when ``weights`` let padding leak or have rows that do not sum to 1."""
-    with torch.no_grad():
-        w = weights.detach().to(torch.float64)
-        if mask is not None:
-            hidden = ~mask.expand(w.shape)
-            leak = float(w[hidden].abs().max()) if bool(hidden.any()) else 0.0
-            if not leak <= 1e-9:
-                raise GradingError(
-                    f"{what} is wrong, and padding leaks: your weights give up to {leak:.3g} "
-                    "to keys where the mask is False (True = may attend). Those keys must get "
-                    "exactly zero weight: set their scores to -inf before the softmax."
-                )
-        error = float((w.sum(dim=-1) - 1).abs().max())
-        if not error <= 1e-6:
-            raise GradingError(
-                f"{what} is wrong, and each query's weights should sum to 1 over the keys "
-                f"(softmax over the last dimension); yours are off by up to {error:.3g}."
-            )
-
-
-@_core.guarded
-def check_multi_head_attention(MultiHeadAttention: Any, thorough: bool = False) -> None:
-    """``MultiHeadAttention(embed_dim, num_heads, dropout=0.0)``: ``forward(query, key, value,
-    mask=None)`` returns ``(output (B, L_q, D), weights (B, H, L_q, L_k))``. The reference's
-    weights are loaded into the module with ``load_reference_weights`` (any of its layouts)."""
-    with _core.seeded():  # modules are built from a fork: the notebook's random stream is untouched
-        names = ["self", "padding", "cross"]
-        if thorough:
-            names += ["cross_masked", "cross_same_length", "causal", "full_mask", "tiny"]
-            names += ["d_head_1"]
-        for i, name in enumerate(names):
-            _run_case(MultiHeadAttention, name, seed=400 + 20 * i)
-        if thorough:
-            _run_case(MultiHeadAttention, "padding", seed=600, dropout=0.5)
-            _check_gradients(MultiHeadAttention)
-
-
-def _check_gradients(cls: Any) -> None:
-    _, D, H, (query, key, value), mask = _case_inputs("cross_masked", 620)
-    ref = _reference(D, H, 630)
-    g_out = _core.randn(*query.shape, seed=640)
-    g_w = _core.randn(query.shape[0], H, query.shape[1], key.shape[1], seed=641)
-
-    def leaves() -> list[torch.Tensor]:
-        return [t.clone().requires_grad_() for t in (query, key, value)]
-
-    theirs = leaves()
-    out, w = ref(*theirs, mask)
-    ((out * g_out).sum() + (w * g_w).sum()).backward()
-    module = _build(cls, D, H)
-    load_reference_weights(module, ref)
-    mine = leaves()
-    with _student("MultiHeadAttention.forward", forbidden=True, shape_hint=True):
-        out, w = _as_pair(module(*mine, mask), "MultiHeadAttention.forward")
-        if (
-            isinstance(out, torch.Tensor)
-            and isinstance(w, torch.Tensor)
-            and (out.requires_grad or w.requires_grad)
-        ):
-            ((out * g_out).sum() + (w * g_w).sum()).backward()
-    for name, leaf, expected in zip(_INPUT, mine, theirs, strict=True):
-        _expect_grad(leaf, expected.grad, "MultiHeadAttention.forward", name, "(output, weights)")
+)

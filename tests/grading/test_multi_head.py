@@ -1,19 +1,21 @@
 """The checks of notebook 02 (multi-head attention): what is particular to them (how the
-notebook and its checks fit together, forbidden built-ins, tensor subclasses, tampering,
-the behaviour the notebook promises). Every answer of tests/variants, buggy, correct or
-stub, is graded in test_catalogue.py.
+notebook and its checks fit together, forbidden built-ins, tensor subclasses, loading the
+reference's weights into any layout, dropout in training mode). Every answer of tests/variants,
+buggy, correct or stub, is graded in test_catalogue.py.
 """
 
 from __future__ import annotations
 
 import pytest
 import torch
-from notebook_namespace import SNEAKY, Check, SolutionNotebook, stub
+from notebook_namespace import SNEAKY, Check, SolutionNotebook, expect_exported, stub
 from torch import nn
 
 import encoder_lib
 from encoder_lib import grading
-from encoder_lib.grading import ForbiddenCallError, GradingError
+from encoder_lib.grading import ForbiddenCallError, GradingError, runner, wire
+from encoder_lib.grading import multi_head as checks
+from encoder_lib.grading.observe import Call, Observation, observe
 
 # test cell grade_id -> (answer cell grade_id, the name the answer defines, its check)
 CHECKS = {
@@ -47,6 +49,21 @@ def _mha(forward_body: str, init_extra: str = "") -> str:
         + "\n    def forward(self, query, key, value, mask=None):\n"
         + forward_body
     )
+
+
+def test_notebook_has_the_cells_the_variants_replace():
+    assert list(ANSWERS) == [answer for answer, _, _ in CHECKS.values()]
+    for test_cell in CHECKS:
+        assert "grading.check_" in NOTEBOOK.source(test_cell)
+        assert runner.EXERCISES[test_cell].target == CHECKS[test_cell].name
+    for variant in BUGGY + CORRECT:
+        assert variant.cell in ANSWERS, variant.name
+        assert set(variant.fails) <= set(CHECKS), variant.name
+
+
+def test_public_names_are_exported():
+    names = {"check_split_heads", "check_merge_heads", "check_multi_head_attention"}
+    expect_exported(grading.multi_head, names | {"load_reference_weights"})
 
 
 # --- the reference solution ----------------------------------------------------------------------
@@ -152,14 +169,16 @@ def test_delegating_to_builtin_attention_is_forbidden(source: str):
         grading.check_multi_head_attention(ns["MultiHeadAttention"])
 
 
-def test_scaled_dot_product_attention_is_allowed():
-    # the solution itself uses encoder_lib.scaled_dot_product_attention; F's is used here
+def test_scaled_dot_product_attention_is_allowed_and_its_dropout_compared():
+    # the solution uses encoder_lib.scaled_dot_product_attention; F's is used here for the output,
+    # with its own dropout_p in training mode (the check makes that dropout repeatable)
     source = _mha(
         "        B, L_q, D = query.shape\n"
         "        q = split_heads(self.q_proj(query), self.num_heads)\n"
         "        k = split_heads(self.k_proj(key), self.num_heads)\n"
         "        v = split_heads(self.v_proj(value), self.num_heads)\n"
-        "        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)\n"
+        "        p = self.dropout if self.training else 0.0\n"
+        "        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)\n"
         "        _, weights = encoder_lib.scaled_dot_product_attention(q, k, v, mask)\n"
         "        return self.out_proj(merge_heads(out)), weights\n"
     )
@@ -282,3 +301,67 @@ def test_loader_names_what_is_missing_or_wrong(layers: dict, says: str):
     with pytest.raises(GradingError) as info:
         grading.load_reference_weights(_Bare(**layers).double(), _reference())
     assert says in str(info.value)
+
+
+# --- the reference, dropout and the trip to the student's kernel ---------------------------------
+
+
+@pytest.mark.parametrize("train", [False, True], ids=["eval", "train"])
+def test_the_catalogues_right_answer_is_the_reference(train):
+    """``_attend`` with no mistake switched on (dropout on the weights) is encoder_lib's module,
+    in eval mode and in training mode (repeatable dropout)."""
+    _, D, H, tensors, mask = checks._inputs("cross_masked", 7)
+    weights = checks._weights(D, 8)
+    expected = checks._reference(weights, H, 0.5, torch.float64, train, *tensors, mask)
+    with runner.reference_mode():
+        out, attention, _ = checks._attend(weights, H, *tensors, mask, p=0.5 if train else 0.0)
+    torch.testing.assert_close(out, expected[0])
+    torch.testing.assert_close(attention, expected[1])
+
+
+def test_weights_returned_before_dropout_are_accepted_in_training():
+    """In training mode only the output is compared: returning the weights before dropout (as
+    some tutorials do) is not a mistake this course grades."""
+    source = ANSWERS["multi_head_attention"]
+    body = source[source.index("        ### BEGIN SOLUTION") :]
+    call = "encoder_lib.scaled_dot_product_attention(q, k, v, mask"
+    before = body.replace(
+        f"out, weights = {call}, dropout_p)\n",
+        f"out, _ = {call}, dropout_p)\n        _, weights = {call})\n",
+    )
+    assert before != body
+    ns = NOTEBOOK.namespace({"multi_head_attention": source.replace(body, before)})
+    grading.check_multi_head_attention(ns["MultiHeadAttention"], thorough=True)
+
+
+def _through_the_wire(namespace: dict) -> runner.Ask:
+    """An ``Ask`` that sends each call and its observation through ``wire``, as the autograder
+    does with the student's kernel."""
+
+    def ask(call: Call) -> Observation:
+        sent = wire.decode_call(wire.encode_call(call))
+        return wire.decode_observation(
+            wire.encode_observation(observe(namespace.__getitem__, sent))
+        )
+
+    return ask
+
+
+@pytest.mark.parametrize("test_cell", list(CHECKS))
+def test_every_call_crosses_the_wire_and_is_judged_the_same(test_cell):
+    exercise = runner.EXERCISES[test_cell]
+    runner.run(exercise, _through_the_wire(NOTEBOOK.namespace()), thorough=True)
+    wrong = {
+        "test_split_heads": "split_interleaved",
+        "test_merge_heads": "merge_view_after_transpose",
+        "test_multi_head_attention": "dropout_on_scores",
+    }[test_cell]
+    variant = next(v for v in BUGGY if v.name == wrong)
+    namespace = NOTEBOOK.namespace({variant.cell: variant.source})
+    errors = []
+    for ask in (runner.local(namespace), _through_the_wire(namespace)):
+        with pytest.raises(GradingError) as info:
+            runner.run(exercise, ask, thorough=True)
+        errors.append(info.value)
+    assert errors[0].lines() == errors[1].lines()
+    assert variant.says in str(errors[0])

@@ -375,6 +375,122 @@ BUGGY: list[Variant] = [
         fails=(MHA,),
         says="same layer",
     ),
+    # --- dropout: where it sits in training (the checks make dropout repeatable) ---------------
+    Variant(
+        "einsum_heads_without_dropout",
+        "multi_head_attention",
+        _mha(
+            "        H, d = self.num_heads, self.head_dim\n"
+            "        q = self.q_proj(query).unflatten(-1, (H, d))  # (B, L_q, H, d)\n"
+            "        k = self.k_proj(key).unflatten(-1, (H, d))\n"
+            "        v = self.v_proj(value).unflatten(-1, (H, d))\n"
+            '        scores = torch.einsum("bqhd,bkhd->bhqk", q, k) / d**0.5\n'
+            "        if mask is not None:\n"
+            '            scores = scores.masked_fill(mask.logical_not(), float("-inf"))\n'
+            "        weights = scores.softmax(-1)\n"
+            '        out = torch.einsum("bhqk,bkhd->bqhd", weights, v).flatten(2)\n'
+            "        return self.out_proj(out), weights\n"
+        ),
+        fails=(MHA,),
+        says="dropout is missing in training",
+    ),
+    Variant(
+        "loop_over_heads_without_dropout",
+        "multi_head_attention",
+        _mha(
+            "        q, k, v = self.q_proj(query), self.k_proj(key), self.v_proj(value)\n"
+            "        d = self.head_dim\n"
+            "        outs, maps = [], []\n"
+            "        for h in range(self.num_heads):\n"
+            "            cols = slice(h * d, (h + 1) * d)\n"
+            "            m = None if mask is None else mask.expand(\n"
+            "                query.shape[0], self.num_heads, query.shape[1], key.shape[1]\n"
+            "            )[:, h]\n"
+            "            o, w = encoder_lib.scaled_dot_product_attention(\n"
+            "                q[..., cols], k[..., cols], v[..., cols], m\n"
+            "            )\n"
+            "            outs.append(o)\n"
+            "            maps.append(w)\n"
+            "        return self.out_proj(torch.cat(outs, dim=-1)), torch.stack(maps, dim=1)\n"
+        ),
+        fails=(MHA,),
+        says="dropout is missing in training",
+    ),
+    Variant(
+        "f_sdpa_output_without_dropout",
+        "multi_head_attention",
+        _mha(
+            "        q = split_heads(self.q_proj(query), self.num_heads)\n"
+            "        k = split_heads(self.k_proj(key), self.num_heads)\n"
+            "        v = split_heads(self.v_proj(value), self.num_heads)\n"
+            "        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)\n"
+            "        scores = q @ k.transpose(-2, -1) / math.sqrt(self.head_dim)\n"
+            "        if mask is not None:\n"
+            '            scores = scores.masked_fill(~mask, float("-inf"))\n'
+            "        return self.out_proj(merge_heads(out)), scores.softmax(dim=-1)\n"
+        ),
+        fails=(MHA,),
+        says="dropout is missing in training",
+    ),
+    Variant(
+        "dropout_on_scores",
+        "multi_head_attention",
+        _inline("        weights = F.dropout(weights, self.dropout, self.training)\n", "").replace(
+            "        if mask is not None:\n",
+            "        scores = F.dropout(scores, self.dropout, self.training)\n"
+            "        if mask is not None:\n",
+        ),
+        fails=(MHA,),
+        says="applied to the scores, before the softmax",
+    ),
+    Variant(
+        "dropout_before_out_proj",
+        "multi_head_attention",
+        _inline(
+            "        weights = F.dropout(weights, self.dropout, self.training)\n",
+            "",
+        ).replace(
+            "        return self.out_proj(out), weights\n",
+            "        out = F.dropout(out, self.dropout, self.training)\n"
+            "        return self.out_proj(out), weights\n",
+        ),
+        fails=(MHA,),
+        says="the merged heads, before out_proj",
+    ),
+    Variant(
+        "dropout_on_output",
+        "multi_head_attention",
+        _inline(
+            "        weights = F.dropout(weights, self.dropout, self.training)\n",
+            "",
+        ).replace(
+            "        return self.out_proj(out), weights\n",
+            "        return F.dropout(self.out_proj(out), self.dropout, self.training), weights\n",
+        ),
+        fails=(MHA,),
+        says="the output, after out_proj",
+    ),
+    Variant(
+        "dropout_rate_fixed_at_0_1",
+        "multi_head_attention",
+        _inline(
+            "F.dropout(weights, self.dropout, self.training)",
+            "F.dropout(weights, 0.1, self.training)",
+        ),
+        fails=(MHA,),
+        says="wrong rate",
+    ),
+    # --- dtype of every output ------------------------------------------------------------------
+    Variant(
+        "weights_in_float64_for_float32_inputs",
+        "multi_head_attention",
+        _inline(
+            "        weights = torch.softmax(scores, dim=-1)\n",
+            "        weights = torch.softmax(scores.double(), dim=-1)  # more accurate\n",
+        ).replace("(weights @ v)", "(weights.to(v.dtype) @ v)"),
+        fails=(MHA,),
+        says="the weights tensor has dtype torch.float64",
+    ),
 ]
 
 
@@ -467,7 +583,7 @@ CORRECT: list[Variant] = [
             '        scores = torch.einsum("bqhd,bkhd->bhqk", q, k) / d**0.5\n'
             "        if mask is not None:\n"
             '            scores = scores.masked_fill(mask.logical_not(), float("-inf"))\n'
-            "        weights = scores.softmax(-1)\n"
+            "        weights = F.dropout(scores.softmax(-1), self.dropout, self.training)\n"
             '        out = torch.einsum("bhqk,bkhd->bqhd", weights, v).flatten(2)\n'
             "        return self.out_proj(out), weights\n"
         ),
@@ -478,6 +594,7 @@ CORRECT: list[Variant] = [
         _mha(
             "        q, k, v = self.q_proj(query), self.k_proj(key), self.v_proj(value)\n"
             "        d = self.head_dim\n"
+            "        p = self.dropout if self.training else 0.0  # the same rate in every head\n"
             "        outs, maps = [], []\n"
             "        for h in range(self.num_heads):\n"
             "            cols = slice(h * d, (h + 1) * d)\n"
@@ -485,7 +602,7 @@ CORRECT: list[Variant] = [
             "                query.shape[0], self.num_heads, query.shape[1], key.shape[1]\n"
             "            )[:, h]\n"
             "            o, w = encoder_lib.scaled_dot_product_attention(\n"
-            "                q[..., cols], k[..., cols], v[..., cols], m\n"
+            "                q[..., cols], k[..., cols], v[..., cols], m, dropout_p=p\n"
             "            )\n"
             "            outs.append(o)\n"
             "            maps.append(w)\n"
@@ -551,11 +668,46 @@ CORRECT: list[Variant] = [
             "        q = split_heads(self.q_proj(query), self.num_heads)\n"
             "        k = split_heads(self.k_proj(key), self.num_heads)\n"
             "        v = split_heads(self.v_proj(value), self.num_heads)\n"
-            "        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)\n"
+            "        p = self.dropout if self.training else 0.0\n"
+            "        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)\n"
             "        scores = q @ k.transpose(-2, -1) / math.sqrt(self.head_dim)\n"
             "        if mask is not None:\n"
             '            scores = scores.masked_fill(~mask, float("-inf"))\n'
             "        return self.out_proj(merge_heads(out)), scores.softmax(dim=-1)\n"
+        ),
+    ),
+    Variant(
+        "mha_nn_dropout_layer_in_init",
+        "multi_head_attention",
+        _mha(
+            "        q = split_heads(self.q_proj(query), self.num_heads)\n"
+            "        k = split_heads(self.k_proj(key), self.num_heads)\n"
+            "        v = split_heads(self.v_proj(value), self.num_heads)\n"
+            "        scores = q @ k.mT / math.sqrt(self.head_dim)\n"
+            "        if mask is not None:\n"
+            '            scores = scores.masked_fill(~mask, float("-inf"))\n'
+            "        weights = self.attn_drop(scores.softmax(dim=-1))\n"
+            "        return self.out_proj(merge_heads(weights @ v)), weights\n"
+        ).replace(
+            "        self.out_proj = nn.Linear(embed_dim, embed_dim)\n",
+            "        self.out_proj = nn.Linear(embed_dim, embed_dim)\n"
+            "        self.attn_drop = nn.Dropout(dropout)  # acts only in training mode\n",
+        ),
+    ),
+    Variant(
+        "mha_torch_dropout",
+        "multi_head_attention",
+        _inline(
+            "F.dropout(weights, self.dropout, self.training)",
+            "torch.dropout(weights, self.dropout, train=self.training)",
+        ),
+    ),
+    Variant(
+        "mha_softmax_in_float64_cast_back",
+        "multi_head_attention",
+        _inline(
+            "        weights = torch.softmax(scores, dim=-1)\n",
+            "        weights = torch.softmax(scores.double(), dim=-1).to(scores.dtype)\n",
         ),
     ),
 ]
