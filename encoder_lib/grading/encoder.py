@@ -743,25 +743,13 @@ def _mask_problem(mask: Any, expected: torch.Tensor, H: int) -> str | None:
     )
 
 
-@dataclasses.dataclass
 class _EncoderSetup:
     """One Encoder case: its sizes, inputs, the weights sent to the kernel and the reference's
     intermediate values."""
 
-    V: int
-    D: int
-    H: int
-    d_ff: int
-    N: int
-    p: float
-    max_len: int
-    pad: int
-    ids: torch.Tensor
-    seed: int
-    train: bool = False
-    dtype: torch.dtype = torch.float64
-
-    def __post_init__(self) -> None:
+    def __init__(self, sizes: tuple, ids: torch.Tensor, seed: int, train: bool, dtype) -> None:
+        self.sizes, self.ids, self.seed, self.train, self.dtype = sizes, ids, seed, train, dtype
+        self.V, self.D, self.H, self.d_ff, self.N, self.p, self.max_len, self.pad = sizes
         self.weight = randn(self.V, self.D, seed=self.seed + 2).to(self.dtype)
         self.weight[self.pad] = 0.0  # as nn.Embedding(padding_idx=pad) starts
         self.layers = [
@@ -773,10 +761,6 @@ class _EncoderSetup:
             self.x0 = self.first_input()
             self.first = self.dropout(self.x0) if self.train else self.x0
             self.expected = self.run_layers(self.first)
-
-    @property
-    def sizes(self) -> tuple[Any, ...]:
-        return (self.V, self.D, self.H, self.d_ff, self.N, self.p, self.max_len, self.pad)
 
     def call(self, ids: torch.Tensor | None = None, train: bool | None = None) -> Call:
         return Call(
@@ -822,9 +806,9 @@ class _EncoderSetup:
                 "twice_dropped": lambda: self.dropout(self.dropout(emb * scale + table[:L])),
             }[kind]()
 
-    def run_layers(self, x: torch.Tensor, upto: int | None = None) -> torch.Tensor:
+    def run_layers(self, x: torch.Tensor) -> torch.Tensor:
         with torch.no_grad():
-            for layer in self.layers[:upto]:
+            for layer in self.layers:
                 x = layer(x, self.mask)
         return x
 
@@ -832,8 +816,8 @@ class _EncoderSetup:
 def _encoder_case(
     V, D, H, d_ff, N, p, max_len, pad, B, L, lengths, seed, train=False, dtype=torch.float64
 ) -> Case:
-    s = _EncoderSetup(V, D, H, d_ff, N, p, max_len, pad, _ids(B, L, V, pad, lengths, seed + 1),
-                      seed, train, dtype)  # fmt: skip
+    ids = _ids(B, L, V, pad, lengths, seed + 1)
+    s = _EncoderSetup((V, D, H, d_ff, N, p, max_len, pad), ids, seed, train, dtype)
     what = f"Encoder{s.sizes} on token_ids of shape {(B, L)}"
     what += f" ({dtype})" if dtype != torch.float64 else ""
     what += " in training mode" if train else ""
@@ -917,14 +901,8 @@ def _judge_encoder(s: _EncoderSetup, case: Case, obs: Observation, ask: Ask) -> 
         if problem:
             raise GradingError(f"(layer {entry['index']}) {problem}")
     _judge_chain(s, log)
-    out = obs.value
-    outputs = [s.layers[i](entry["x"], s.mask).detach() for i, entry in enumerate(log)]
-    if s.train and close(out, s.dropout(outputs[-1])):
-        raise GradingError(
-            "it applies self.dropout to the output of the last layer: the layers have their own "
-            "dropout; self.dropout goes once, on embedding + positional encoding, before them."
-        )
-    if not close(out, outputs[-1]) and close(out, log[0]["x"]):
+    last = s.layers[-1](log[-1]["x"], s.mask).detach()
+    if not close(obs.value, last) and close(obs.value, log[0]["x"]):
         raise GradingError("it returns the embeddings, not the output of the last layer.")
     runner.judge(dataclasses.replace(case, judge=None), obs, ask)
 
