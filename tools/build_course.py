@@ -53,6 +53,8 @@ def execute(names: list[str]) -> None:
                 resources={"metadata": {"path": str(path.parent)}},
             )
             client.execute()
+            for cell in nb.cells:  # timestamps of the run: noise in diffs
+                cell.metadata.pop("execution", None)
             # The widgets' saved state holds random model ids and a copy of every figure they
             # drew: noise in diffs, and nbval ignores widgets anyway.
             nb.metadata.pop("widgets", None)

@@ -1,0 +1,114 @@
+"""The authoring guide's rules (docs/AUTHORING.md) hold in every solution notebook: the setup
+cell comes first and imports before it calls setup_notebook(); cells tagged ``demo`` (skipped
+at autograde) define nothing that an answer, a test or a cell that still runs needs; every test
+cell that a registered exercise grades exists and ends with a statement."""
+
+from __future__ import annotations
+
+import ast
+import re
+import symtable
+
+import nbformat
+import pytest
+
+from encoder_lib.autograde.judge import DEMO_TAG
+from encoder_lib.grading import EXERCISES
+from tools.build_course import SOLUTIONS, assignments
+
+MAGIC = re.compile(r"^\s*[%!].*$", re.MULTILINE)
+
+
+def _cells(name: str):
+    return nbformat.read(SOLUTIONS / name / f"{name}.ipynb", as_version=4).cells
+
+
+def _tree(cell) -> ast.Module:
+    return ast.parse(MAGIC.sub("pass", cell.source))
+
+
+def _grade_id(cell) -> str | None:
+    return cell.metadata.get("nbgrader", {}).get("grade_id")
+
+
+def _bound(tree: ast.Module) -> set[str]:
+    """Names a cell binds at top level."""
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.ClassDef | ast.AsyncFunctionDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+        else:
+            for sub in ast.walk(node):
+                if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store):
+                    names.add(sub.id)
+    return names
+
+
+def _globals_read(source: str) -> set[str]:
+    """Names a cell reads from the notebook's globals (at top level or inside its functions)."""
+
+    def walk(table: symtable.SymbolTable) -> set[str]:
+        top = table.get_type() == "module"
+        names = {
+            s.get_name()
+            for s in table.get_symbols()
+            if s.is_referenced() and (top or s.is_global())
+        }
+        for child in table.get_children():
+            names |= walk(child)
+        return names
+
+    return walk(symtable.symtable(MAGIC.sub("pass", source), "cell", "exec"))
+
+
+@pytest.mark.parametrize("name", assignments())
+def test_setup_cell_comes_first_and_imports_before_setting_up(name):
+    code = [c for c in _cells(name) if c.cell_type == "code"]
+    assert _grade_id(code[0]) == "setup"
+    body = _tree(code[0]).body
+    calls = [i for i, node in enumerate(body) if "setup_notebook()" in ast.unparse(node)]
+    imports = [i for i, node in enumerate(body) if isinstance(node, ast.Import | ast.ImportFrom)]
+    assert calls == [len(body) - 1], "setup_notebook() is called once, last"
+    assert max(imports) < calls[0]
+
+
+@pytest.mark.parametrize("name", assignments())
+def test_demo_cells_define_nothing_that_runs_at_grading_needs(name):
+    demo_names: set[str] = set()
+    running: list = []
+    for cell in _cells(name):
+        if cell.cell_type != "code":
+            continue
+        if DEMO_TAG in cell.metadata.get("tags", []):
+            assert not cell.metadata.get("nbgrader"), "an nbgrader cell cannot be a demo"
+            demo_names |= _bound(_tree(cell))
+        else:
+            running.append(cell)
+    for cell in running:
+        needed = (_globals_read(cell.source) - _bound(_tree(cell))) & demo_names
+        assert not needed, f"{_grade_id(cell) or cell.get('id')} uses {needed} from a demo cell"
+
+
+@pytest.mark.parametrize("name", assignments())
+def test_every_code_cell_is_graded_set_up_or_a_demo(name):
+    """Autograde runs only the setup, answer and test cells (and the student's own cells)."""
+    for cell in _cells(name):
+        if cell.cell_type == "code" and not cell.metadata.get("nbgrader"):
+            assert DEMO_TAG in cell.metadata.get("tags", []), cell.get("id")
+
+
+def test_every_registered_exercise_has_its_test_cell():
+    test_cells = {
+        _grade_id(c): c
+        for name in assignments()
+        for c in _cells(name)
+        if c.metadata.get("nbgrader", {}).get("grade")
+    }
+    for test_cell, exercise in EXERCISES.items():
+        assert test_cell in test_cells, f"{exercise.name}: no test cell {test_cell}"
+        last = _tree(test_cells[test_cell]).body[-1]
+        assert not isinstance(last, ast.Expr) or isinstance(last.value, ast.Call), (
+            "a trailing expression would become the cell's score"
+        )
