@@ -45,7 +45,16 @@ import sys as _sys
 
 from . import _core
 
-_NEW = {"feedback", "observe", "runner", "wire", "layer_norm", "feed_forward"}
+_NEW = {
+    "feedback",
+    "observe",
+    "runner",
+    "wire",
+    "layer_norm",
+    "feed_forward",
+    "attention",
+    "multi_head",
+}
 for _name, _module in list(_sys.modules.items()):
     _ours = _name == "encoder_lib" or _name.startswith("encoder_lib.")
     _old = _name.rsplit(".", 1)[-1] not in _NEW and not _name.startswith("encoder_lib.autograde")
