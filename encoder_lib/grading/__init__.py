@@ -54,6 +54,7 @@ _NEW = {
     "feed_forward",
     "attention",
     "multi_head",
+    "encoder",
 }
 for _name, _module in list(_sys.modules.items()):
     _ours = _name == "encoder_lib" or _name.startswith("encoder_lib.")
