@@ -74,7 +74,8 @@ class GradingError(AssertionError):
         title = f"{self.exercise}: {self.headline}" if self.exercise else self.headline.capitalize()
         head = f"{_BOLD}{_RED}{title}{_RESET}" if colour else title
         out = [head]
-        for label, text in (("tried", self.tried), ("problem", self.problem)):
+        tried = None if isinstance(self, NotWrittenYet) else self.tried  # nothing was tried
+        for label, text in (("tried", tried), ("problem", self.problem)):
             if text:
                 out += _field(label, text)
         if self.where:

@@ -13,7 +13,10 @@ from nbclient import NotebookClient
 from encoder_lib.grading import GradingError
 from encoder_lib.grading.feedback import WIDTH
 
-SETUP = "import torch\nfrom encoder_lib import grading\n"
+SETUP = (
+    "import torch\nfrom encoder_lib import grading\nfrom encoder_lib.course import setup_notebook\n"
+    "setup_notebook()\n"
+)
 UNBIASED = (
     "def layer_norm(x, weight, bias, eps=1e-5):\n"
     "    mean = x.mean(dim=-1, keepdim=True)\n"
@@ -39,6 +42,8 @@ def outputs() -> dict[str, list]:
     for source in answers.values():
         cells += [nbformat.v4.new_code_cell(source), nbformat.v4.new_code_cell(CHECK)]
     cells += [
+        nbformat.v4.new_code_cell("grading.check_layer_norm(never_defined)\n"),
+        nbformat.v4.new_code_cell("print(1)\nnever_defined + 1\n"),
         nbformat.v4.new_code_cell("grading.show_full_tracebacks(True)"),
         nbformat.v4.new_code_cell(STUB),
         nbformat.v4.new_code_cell(CHECK),
@@ -46,6 +51,8 @@ def outputs() -> dict[str, list]:
     nb = nbformat.v4.new_notebook(cells=cells)
     NotebookClient(nb, kernel_name="python3", allow_errors=True, timeout=120).execute()
     by_name = {name: nb.cells[2 + 2 * i].outputs for i, name in enumerate(answers)}
+    by_name["undefined"] = nb.cells[-5].outputs
+    by_name["ordinary"] = nb.cells[-4].outputs
     by_name["full"] = nb.cells[-1].outputs
     return by_name
 
@@ -65,7 +72,8 @@ def test_a_failure_is_a_short_block_without_the_graders_frames(outputs, name):
     assert "direct cause" not in text and "During handling" not in text
     assert all(len(line) <= WIDTH for line in lines), text
     assert lines[0].startswith("Exercise 1 · layer_norm")
-    assert "tried:" in text and "layer_norm(x, weight, bias) with x of shape" in text
+    if name != "stub":  # an unfinished exercise was not tried on anything
+        assert "tried:" in text and "layer_norm(x, weight, bias) with x of shape" in text
 
 
 def test_an_unfinished_exercise_says_so(outputs):
@@ -83,6 +91,18 @@ def test_an_exception_points_at_the_students_line(outputs):
     (where,) = [line for line in lines if "your code:" in line]
     assert re.search(r"Cell In\[\d+\], line 3, in layer_norm: var = x.var\(dim=5", where), where
     assert "IndexError" in " ".join(lines)
+
+
+def test_a_test_cell_run_before_its_answer_says_what_to_run(outputs):
+    lines = _block(outputs["undefined"])
+    assert len(lines) == 3, lines
+    assert "never_defined is not defined: run the cell that defines it" in " ".join(lines)
+
+
+def test_other_name_errors_keep_their_usual_traceback(outputs):
+    (error,) = [o for o in outputs["ordinary"] if o.output_type == "error"]
+    text = ANSI.sub("", "\n".join(error.traceback))
+    assert "Traceback" in text and "never_defined + 1" in text
 
 
 def test_the_full_traceback_is_one_switch_away(outputs):
