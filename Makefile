@@ -1,5 +1,6 @@
 # The commands people run daily. Each target sets up .venv first if requirements changed.
-#   make lab    set up and open JupyterLab on the first notebook
+#   make lab         set up and open JupyterLab on notebooks/, the first notebook in front (students)
+#   make instructor  JupyterLab on the whole repository with nbgrader's formgrader (instructors)
 #   make test   set up and run every test (lint, library, graders, notebooks, nbgrader pipeline, nbval x3)
 #   make quick  the same without the slow end-to-end suites and nbval
 
@@ -7,10 +8,15 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# torch's CPU-only wheels; PyPI's Linux wheel brings ~3 GB of CUDA libraries instead.
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+# Jupyter refuses to start as root (containers, WSL, cloud machines) unless told it may.
+ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
+STUDENT_EDITION ?= build/student-edition
 NBVAL := $(BIN)/python -m pytest --nbval --nbval-current-env \
 	--nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider solutions
 
-.PHONY: setup lab test quick lint nbval notebooks bench clean
+.PHONY: setup lab instructor student-edition test quick lint nbval notebooks bench clean
 
 setup: $(STAMP)
 
@@ -18,11 +24,35 @@ $(STAMP): requirements.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "Python 3.11 is required, found " + sys.version.split()[0]'
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -r requirements.txt
+	@if $(BIN)/python -c "import urllib.request as u; u.urlopen('$(TORCH_INDEX)/torch/', timeout=10)" \
+		2>/dev/null; then \
+		echo "Installing requirements.txt (torch: the CPU build from $(TORCH_INDEX))"; \
+		$(BIN)/pip install --quiet --extra-index-url $(TORCH_INDEX) -r requirements.txt; \
+	else \
+		echo "$(TORCH_INDEX) is not reachable: installing torch from the default index"; \
+		$(BIN)/pip install --quiet -r requirements.txt; \
+	fi
 	touch $(STAMP)
 
+# Students: notebooks/ only, without nbgrader's instructor extensions (binder/jupyter/ holds the
+# same settings Binder applies). LAB_ARGS passes more options, e.g. LAB_ARGS=--ip=0.0.0.0.
 lab: setup
-	$(BIN)/jupyter lab notebooks/01_self_attention/01_self_attention.ipynb
+	@echo "JupyterLab serves notebooks/. Open the http://localhost:...?token=... address it prints."
+	JUPYTER_CONFIG_PATH="$(CURDIR)/binder/jupyter$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH}" \
+		$(BIN)/jupyter lab $(ALLOW_ROOT) --ServerApp.root_dir=notebooks \
+		--LabApp.default_url=/lab/tree/01_self_attention/01_self_attention.ipynb $(LAB_ARGS)
+
+# Instructors: the whole repository (the nbgrader course directory) with the formgrader.
+instructor: setup
+	@echo "JupyterLab serves the course directory; the Nbgrader menu has the formgrader."
+	$(BIN)/jupyter lab $(ALLOW_ROOT) --ServerApp.root_dir=. $(LAB_ARGS)
+
+# What a class publishes for its students (README, "Publish the student edition").
+# REPO=you/your-course BRANCH=main put the real repository into its links.
+student-edition: setup
+	rm -rf $(STUDENT_EDITION)
+	$(BIN)/python -m tools.student_edition build $(STUDENT_EDITION) \
+		$(if $(REPO),--repo $(REPO)) $(if $(BRANCH),--branch $(BRANCH))
 
 lint: setup
 	$(BIN)/ruff check .

@@ -1,0 +1,178 @@
+"""The notebooks' setup cell on Colab: it installs encoder_lib and keeps the torch it finds.
+
+Colab itself cannot run here, so the test builds what Colab would see: a Python environment with
+torch, Jupyter and matplotlib but no encoder_lib (a throwaway venv that sees this environment's
+packages, minus encoder_lib), and a kernel in which ``google.colab`` is imported, as it is on
+Colab. The setup cell's ``%pip install`` then installs a wheel of the student edition's
+encoder_lib, named by ``ENCODER_LIB_SOURCE``, with the package index switched off: if pip wanted
+another torch it would fail rather than download one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import sysconfig
+from importlib import metadata
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+from tools import student_edition
+from tools.build_course import SOLUTIONS
+from tools.student_edition import released
+
+pytestmark = pytest.mark.slow
+
+# Start an IPython kernel the way Colab's is: google.colab already imported.
+FAKE_COLAB_KERNEL = (
+    "import sys, types; sys.modules['google.colab'] = types.ModuleType('google.colab'); "
+    "from ipykernel import kernelapp; kernelapp.launch_new_instance()"
+)
+REPORT = (
+    "import encoder_lib, torch; print(encoder_lib.__file__); print(torch.__file__); "
+    "print(torch.__version__)"
+)
+
+
+def _setup_cell(nb) -> int:
+    return next(
+        i
+        for i, c in enumerate(nb.cells)
+        if c.metadata.get("nbgrader", {}).get("grade_id") == "setup"
+    )
+
+
+@pytest.fixture(scope="module")
+def colab(tmp_path_factory):
+    """(kernel name, JUPYTER_PATH, venv site-packages, wheel) of a simulated Colab runtime."""
+    root = tmp_path_factory.mktemp("colab")
+    edition = student_edition.build(root / "edition")
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--wheel-dir",
+            str(root / "wheels"),
+            str(edition),
+        ],
+        check=True,
+        env=dict(os.environ, PIP_CONFIG_FILE=os.devnull, PIP_NO_INDEX="1"),
+    )
+    (wheel,) = (root / "wheels").glob("encoder_lib-*.whl")
+
+    # A venv with this environment's packages but not encoder_lib (its editable install points
+    # here), linked into its own site-packages as Colab's are in its interpreter's: grading
+    # trusts code from there. No pip or setuptools of its own: the shared (newer) ones are used.
+    venv = root / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    site = Path(
+        subprocess.run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    )
+    ours = Path(sysconfig.get_paths()["purelib"])
+    for entry in ours.iterdir():
+        if "encoder_lib" not in entry.name.lower():
+            (site / entry.name).symlink_to(entry)
+    # pip may install the wheel and nothing else: no index, no find-links, and the linked
+    # packages held at their versions, so it can never replace (uninstall) one of ours.
+    held = root / "held.txt"
+    held.write_text("".join(f"{n}=={metadata.version(n)}\n" for n in ("torch", "safetensors")))
+
+    kernels = root / "jupyter"
+    spec = kernels / "kernels" / "fake-colab"
+    spec.mkdir(parents=True)
+    env = {
+        "ENCODER_LIB_SOURCE": str(wheel),
+        "PIP_CONFIG_FILE": os.devnull,  # no find-links: nothing but the wheel to install from
+        "PIP_NO_INDEX": "1",
+        "PIP_CONSTRAINT": str(held),
+    }
+    kernel = {
+        "argv": [str(python), "-c", FAKE_COLAB_KERNEL, "-f", "{connection_file}"],
+        "display_name": "fake Colab",
+        "language": "python",
+        "env": env,
+    }
+    (spec / "kernel.json").write_text(json.dumps(kernel))
+    return "fake-colab", kernels, site, wheel
+
+
+def _run(nb, kernel: str, jupyter_path: Path | None, cwd: Path) -> None:
+    env_before = os.environ.get("JUPYTER_PATH")
+    if jupyter_path is not None:
+        os.environ["JUPYTER_PATH"] = str(jupyter_path)
+    try:
+        NotebookClient(
+            nb, timeout=300, kernel_name=kernel, resources={"metadata": {"path": str(cwd)}}
+        ).execute()
+    finally:
+        if env_before is None:
+            os.environ.pop("JUPYTER_PATH", None)
+        else:
+            os.environ["JUPYTER_PATH"] = env_before
+
+
+def _stdout(cell) -> str:
+    return "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream")
+
+
+def test_setup_cell_on_colab_installs_encoder_lib_and_keeps_torch(colab, tmp_path):
+    kernel, jupyter_path, site, wheel = colab
+    name = released()[0]
+    nb = nbformat.read(SOLUTIONS / name / f"{name}.ipynb", as_version=4)
+    nb.cells.append(nbformat.v4.new_code_cell(REPORT))
+    _run(nb, kernel, jupyter_path, tmp_path)  # raises CellExecutionError on any failing cell
+
+    encoder_lib_file, torch_file, version = _stdout(nb.cells[-1]).split()
+    assert Path(encoder_lib_file).is_relative_to(site), "encoder_lib was not installed by the cell"
+    assert (site / "torch").is_symlink(), "the setup cell replaced torch"
+    import torch
+
+    # The torch this environment has (reached through the shared folder's link), same version.
+    assert Path(torch_file).resolve() == Path(torch.__file__).resolve()
+    assert version == torch.__version__
+    assert "encoder_lib" in wheel.name
+
+
+def test_the_whole_course_runs_on_the_installed_wheel(colab, tmp_path):
+    """Every solution notebook, Run All on the simulated Colab runtime (the wheel is installed
+    by the first notebook's setup cell; later ones find it installed)."""
+    kernel, jupyter_path, _, _ = colab
+    for name in released():
+        nb = nbformat.read(SOLUTIONS / name / f"{name}.ipynb", as_version=4)
+        _run(nb, kernel, jupyter_path, tmp_path)
+        errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+        assert not [o for o in errors if o.output_type == "error"], name
+
+
+def test_locally_the_colab_branch_does_nothing(tmp_path):
+    """Outside Colab the same cell must not call pip: a source that cannot be installed changes
+    nothing."""
+    name = released()[0]
+    nb = nbformat.read(SOLUTIONS / name / f"{name}.ipynb", as_version=4)
+    index = _setup_cell(nb)
+    nb.cells = [nb.cells[index], nbformat.v4.new_code_cell(REPORT)]
+    os.environ["ENCODER_LIB_SOURCE"] = str(tmp_path / "no-such-wheel.whl")
+    try:
+        _run(nb, "python3", None, tmp_path)
+    finally:
+        del os.environ["ENCODER_LIB_SOURCE"]
+    assert nb.cells[0].outputs == []
+    assert _stdout(nb.cells[1]).split()[0] == str(
+        Path(__file__).parents[1] / "encoder_lib" / "__init__.py"
+    )
