@@ -1,41 +1,70 @@
-"""How long autograding takes: a synthetic class graded with the real nbgrader, next to the floor.
+"""How long grading takes, where the time of one notebook goes, and what a big class would take.
 
-    python bench/bench_grading.py                      # 20 students x every notebook, K = 2
-    python bench/bench_grading.py --students 8 --workers 2 3
-    python bench/bench_grading.py --quick              # 3 students, fewer floor repeats
+    python bench/bench_grading.py                 # 20 students x every notebook, K = 1 and 2
+    python bench/bench_grading.py --students 8 --workers 2
+    python bench/bench_grading.py --quick         # 3 students, 2 notebooks, K = 2
 
-Builds a temporary course from this repo's nbgrader_config.py and solutions/, gives every
-student the reference answers, then grades the class from the same starting point:
-sequentially (one `nbgrader autograde` per assignment) and, for each K given, with
-tools/grade_parallel.py's K workers (every assignment at once). The floor is what no grader can
-avoid per notebook: start a python3 kernel, run `import torch`, shut it down (jupyter_client,
-measured in the same run before and after grading; the median). Prints seconds per graded
-notebook (wall time / notebooks graded), the ratio to the floor, and the projected time for 100
-students x the notebooks present. Every graded notebook must score full marks, or the run fails.
+Builds a temporary course from this repo's nbgrader_config.py and solutions/ in which every
+student submits the reference answers, then prints, side by side and from the same run:
+
+1. the floor: start a python3 kernel and ``import torch`` in it (jupyter_client; the median of
+   runs before and after grading), which no grader avoids per notebook;
+2. where the time of one graded notebook goes, from one submission per notebook graded in this
+   process by the task the workers run (``encoder_lib.autograde.tasks.grade_submission``), with
+   nbclient and the execute preprocessor timed: kernel start, the setup cell, answer cells, test
+   cells, other cells, nbgrader's own steps (everything else in autograde), feedback HTML;
+3. the class graded by ``python -m encoder_lib.autograde``'s own code on local Dask clusters of
+   K workers: seconds per graded notebook (wall time / notebooks, cluster start excluded), the
+   mean time of a task on its worker and of merging its result here;
+4. the scheduler's overhead per task (no-op tasks through the same cluster, one at a time and
+   all at once);
+5. projections: 100 students x 6 notebooks on this machine, and 10,000 students x 6 notebooks on
+   50 workers (how: see the README, "How long it takes").
+
+Every graded notebook must score full marks, or the run fails. Timings on a shared machine vary:
+the load average is printed beside them.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
+import operator
 import os
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tools")]
+sys.path[:0] = [str(ROOT / "tests")]
 os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
 
-import grade_parallel  # noqa: E402
+from nbgrader.api import Gradebook  # noqa: E402
 from pipeline import course as C  # noqa: E402
+
+from encoder_lib.autograde import distributed as D  # noqa: E402
+from encoder_lib.autograde import tasks as T  # noqa: E402
+
+QUICK = ("01_self_attention", "04_feed_forward")
+
+
+def load() -> str:
+    one, five, _ = os.getloadavg()
+    return f"load average {one:.1f} (5 min: {five:.1f})"
+
+
+# --- 1. the floor --------------------------------------------------------------------------------
 
 
 def floor_once() -> float:
-    """Seconds to start a python3 kernel, `import torch` in it and shut it down."""
+    """Seconds to start a python3 kernel and run `import torch` in it."""
     from jupyter_client.manager import start_new_kernel
 
     start = time.perf_counter()
@@ -43,17 +72,21 @@ def floor_once() -> float:
     try:
         reply = kc.execute_interactive("import torch", timeout=120, output_hook=lambda msg: None)
         assert reply["content"]["status"] == "ok", reply["content"]
+        seconds = time.perf_counter() - start
     finally:
         kc.stop_channels()
-        km.shutdown_kernel(now=False)
-    return time.perf_counter() - start
+        km.shutdown_kernel(now=True)
+    return seconds
+
+
+# --- the class -----------------------------------------------------------------------------------
 
 
 def build_class(root: Path, assignments: list[str], students: int) -> C.Course:
     course = C.Course.create(root, assignments)
     ids = [f"s{i:03d}" for i in range(students)]
+    course.generate("*")
     for a in assignments:
-        course.generate(a)
         layout = C.layout(C.source_notebook(a))
         ref = C.with_cells(C.read(course.release_path(a, layout.name)), layout.reference)
         for s in ids:
@@ -62,96 +95,240 @@ def build_class(root: Path, assignments: list[str], students: int) -> C.Course:
     return course
 
 
-def grade_sequentially(course: C.Course, assignments: list[str]) -> tuple[float, dict]:
-    """One `nbgrader autograde` per assignment; returns (seconds, seconds per notebook of each)."""
-    per_assignment = {}
-    start = time.perf_counter()
-    for a in assignments:
-        graded, failed, seconds = grade_parallel.grade(course.root, a, 1, [], quiet=True)
-        if failed:
-            raise SystemExit(f"{a}: grading failed for {failed}; see {course.root}/logs")
-        per_assignment[a] = seconds / max(1, len(graded))
-    return time.perf_counter() - start, per_assignment
-
-
-def grade_in_parallel(course: C.Course, workers: int) -> float:
-    """tools/grade_parallel.py on every assignment at once."""
-    start = time.perf_counter()
-    _, failed, _ = grade_parallel.grade(course.root, "*", workers, [], quiet=True)
-    if failed:
-        raise SystemExit(f"grading failed for {failed}; see {course.root}/logs")
-    return time.perf_counter() - start
-
-
 def check_full_marks(course: C.Course, assignments: list[str], students: int) -> None:
     for a in assignments:
         layout = C.layout(C.source_notebook(a))
         for i in range(students):
             scores = course.cell_scores(f"s{i:03d}", a, layout.name)
             if scores != layout.tests:
-                raise SystemExit(f"s{i:03d}/{a} scored {scores}, expected {layout.tests}")
+                raise SystemExit(f"{course.root}: s{i:03d}/{a} scored {scores}, not full marks")
+
+
+# --- 2. where the time of one notebook goes -------------------------------------------------------
+
+
+class CellClock:
+    """Times nbclient's kernel start and stop and the execute preprocessor's cells, by kind."""
+
+    def __init__(self):
+        self.seconds: dict[str, float] = defaultdict(float)
+        self._depth = threading.local()
+        self._undo: list = []
+
+    def _wrap(self, cls, name: str, label) -> None:
+        original = cls.__dict__[name]
+        clock = self
+
+        @functools.wraps(original)
+        def timed(self_, *args, **kwargs):
+            depth = getattr(clock._depth, "n", 0)
+            clock._depth.n = depth + 1
+            start = time.perf_counter()
+            try:
+                return original(self_, *args, **kwargs)
+            finally:
+                clock._depth.n = depth
+                if depth == 0:
+                    clock.seconds[label(*args)] += time.perf_counter() - start
+
+        setattr(cls, name, timed)
+        self._undo.append((cls, name, original))
+
+    def __enter__(self):
+        from nbclient.client import NotebookClient
+        from nbconvert.preprocessors import ExecutePreprocessor
+        from nbgrader.utils import is_grade, is_solution
+
+        def kind(cell, *_):
+            if cell.cell_type != "code":
+                return "other cells"
+            if cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") == "setup":
+                return "setup cell"
+            if is_grade(cell) and not is_solution(cell):
+                return "test cells"
+            return "answer cells" if is_solution(cell) else "other cells"
+
+        self._wrap(NotebookClient, "start_new_kernel", lambda *a: "kernel start")
+        self._wrap(NotebookClient, "start_new_kernel_client", lambda *a: "kernel start")
+        self._wrap(NotebookClient, "_cleanup_kernel", lambda *a: "kernel stop")
+        self._wrap(ExecutePreprocessor, "preprocess_cell", kind)
+        with contextlib.suppress(ImportError):
+            from encoder_lib.autograde.judge import JudgeExecute
+
+            if "preprocess_cell" in JudgeExecute.__dict__:
+                self._wrap(JudgeExecute, "preprocess_cell", kind)
+        return self
+
+    def __exit__(self, *exc):
+        for cls, name, original in reversed(self._undo):
+            setattr(cls, name, original)
+
+
+def profile(course: C.Course, assignments: list[str]) -> dict[str, dict[str, float]]:
+    """Seconds of each step for one submission (s000) of each assignment, graded in-process."""
+    dc = D.Course.open(course.root)
+    out = {}
+    with Gradebook(dc.db_url, dc.course_id) as gb:
+        specs = {a: dc.spec(gb, a, ()) for a in assignments}
+    T.grade_submission(  # once before the clock: imports and the worker's caches
+        specs[assignments[0]],
+        T.Submission("s001", assignments[0], dc.files("submitted", "s001", assignments[0])),
+    )
+    for a in assignments:
+        sub = T.Submission("s000", a, dc.files("submitted", "s000", a))
+        with CellClock() as clock:
+            result = T.grade_submission(specs[a], sub)
+        if result.flagged:
+            raise SystemExit(f"profile: s000/{a} flagged: {result.reasons}")
+        steps = dict(clock.seconds)
+        inside = sum(steps.values())
+        steps["nbgrader's own steps"] = result.seconds["autograde"] - inside
+        steps["feedback HTML"] = result.seconds.get("feedback", 0.0)
+        steps["task set-up"] = result.seconds["prepare"]
+        steps["total"] = result.seconds["total"]
+        out[a] = steps
+    return out
+
+
+# --- 3. and 4. the class on Dask, the scheduler's overhead --------------------------------------
+
+
+def grade_class(course: C.Course, workers: int) -> dict[str, float]:
+    dc = D.Course.open(course.root)
+    start = time.perf_counter()
+    with D.open_client(None, workers) as client:
+        client.wait_for_workers(workers)
+        client.run(T.warm_up)
+        started = time.perf_counter() - start
+        summary = D.grade(dc, ["*"], client, progress=False)
+        overhead = scheduler_overhead(client) if workers > 1 else {}
+    if summary.flagged or summary.failed:
+        raise SystemExit(f"{course.root}: " + "\n".join(summary.lines()))
+    n = len(summary.graded)
+    return {
+        "n": n,
+        "start": started,
+        "wall": summary.seconds,
+        "per notebook": summary.seconds / n,
+        "task": statistics.mean(summary.task_seconds),
+        "merge": statistics.mean(summary.merge_seconds),
+        **overhead,
+    }
+
+
+def scheduler_overhead(client, n: int = 200) -> dict[str, float]:
+    """Seconds per no-op task: one at a time (submit, wait, repeat) and all at once."""
+    from distributed import wait
+
+    start = time.perf_counter()
+    for i in range(n // 4):
+        client.submit(operator.add, i, 1, pure=False).result()
+    one_at_a_time = (time.perf_counter() - start) / (n // 4)
+    start = time.perf_counter()
+    wait([client.submit(operator.add, i, 1, pure=False) for i in range(n)])
+    all_at_once = (time.perf_counter() - start) / n
+    return {"round trip": one_at_a_time, "pipelined": all_at_once}
+
+
+# --- 5. and the report ---------------------------------------------------------------------------
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--students", type=int, default=20)
-    parser.add_argument("--workers", type=int, nargs="+", default=[2], help="one run per K")
-    parser.add_argument("--quick", action="store_true", help="3 students, 2 floor repeats")
-    parser.add_argument("--repeats", type=int, default=5, help="floor measurements")
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="one run per K")
+    parser.add_argument("--quick", action="store_true", help="3 students, 2 notebooks, K = 2")
+    parser.add_argument("--repeats", type=int, default=3, help="floor runs, before and after")
     parser.add_argument("--assignments", nargs="*", help="default: every notebook in solutions/")
-    parser.add_argument("--keep", type=Path, help="build the course here and keep it")
+    parser.add_argument("--keep", type=Path, help="build the courses here and keep them")
     args = parser.parse_args(argv)
+    present = [a for a in C.expected_assignments() if C.source_notebook(a) is not None]
     if args.quick:
-        args.students, args.repeats = 3, 2
-    assignments = args.assignments or [
-        a for a in C.expected_assignments() if C.source_notebook(a) is not None
-    ]
+        args.students, args.workers, args.repeats = 3, [2], 2
+        args.assignments = args.assignments or [a for a in QUICK if a in present]
+    assignments = args.assignments or present
     if not assignments:
         raise SystemExit("no assignment notebook in solutions/")
 
     work = args.keep or Path(tempfile.mkdtemp(prefix="bench_grading_"))
+    print(f"{time.strftime('%Y-%m-%d %H:%M')}, {len(os.sched_getaffinity(0))} cores, {load()}")
     try:
         t = time.perf_counter()
-        seq = build_class(work / "sequential", assignments, args.students)
-        setup = time.perf_counter() - t
-        copies = {k: C.Course(work / f"parallel{k}") for k in args.workers}
-        for par in copies.values():
-            shutil.copytree(seq.root, par.root)
+        base = build_class(work / "base", assignments, args.students)
+        seconds = time.perf_counter() - t
+        print(f"class of {args.students} x {len(assignments)} built in {seconds:.0f} s")
         floors = [floor_once() for _ in range(args.repeats)]
-        seq_wall, seq_each = grade_sequentially(seq, assignments)
-        rows = [("sequential (K = 1)", seq_wall)]
-        for k, par in copies.items():
-            rows.append((f"parallel (K = {k})", grade_in_parallel(par, k)))
-        floors += [floor_once() for _ in range(args.repeats)]  # before and after: load drifts
-        for course in (seq, *copies.values()):
+        steps = profile(base, assignments)
+        print(f"profiled one notebook of each assignment; {load()}")
+        runs = {}
+        for k in args.workers:
+            course = C.Course(work / f"k{k}")
+            shutil.copytree(base.root, course.root)
+            runs[k] = grade_class(course, k)
             check_full_marks(course, assignments, args.students)
+            print(f"graded the class with K = {k}; {load()}")
+        floors += [floor_once() for _ in range(args.repeats)]
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
-
-    floor = statistics.median(floors)
-    n = args.students * len(assignments)
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(
-        f"\n{args.students} students x {len(assignments)} notebooks = {n} graded per run; "
-        f"{cores} cores, load average {load:.1f}; course setup {setup:.0f} s"
-    )
-    print(
-        f"floor (kernel start + import torch + shutdown): median {floor:.2f} s "
-        f"(min {min(floors):.2f}, max {max(floors):.2f}, {len(floors)} runs)\n"
-    )
-    print(f"| {'grading':<22} | {'wall s':>7} | {'s / notebook':>12} | {'x floor':>7} |")
-    print(f"|{'-' * 24}|{'-' * 9}|{'-' * 14}|{'-' * 9}|")
-    for name, wall in rows:
-        print(f"| {name:<22} | {wall:7.1f} | {wall / n:12.2f} | {wall / n / floor:7.2f} |")
-    print("\nper notebook, sequential: " + ", ".join(f"{a} {s:.2f} s" for a, s in seq_each.items()))
-    print("\nprojection for 100 students x the same notebooks:")
-    for name, wall in rows:
-        minutes = wall / n * 100 * len(assignments) / 60
-        verdict = "more" if minutes > 15 else "less"
-        print(f"  {name:<22} {minutes:5.1f} min ({verdict} than 15 min)")
+    report(floors, steps, runs, args.students, assignments)
     return 0
+
+
+def report(floors, steps, runs, students: int, assignments: list[str]) -> None:
+    floor = statistics.median(floors)
+    print(
+        f"\nfloor (kernel start + import torch): median {floor:.2f} s "
+        f"(min {min(floors):.2f}, max {max(floors):.2f}, {len(floors)} runs); {load()}\n"
+    )
+    names = [n for n in next(iter(steps.values())) if n != "total"]
+    width = max(len(a) for a in steps)
+    print("where one notebook's time goes (s), graded in this process by the workers' task:")
+    print(f"| {'step':<22} | " + " | ".join(f"{a[:width]:>{width}}" for a in steps) + " |")
+    print(f"|{'-' * 24}|" + "|".join("-" * (width + 2) for _ in steps) + "|")
+    for name in [*names, "total"]:
+        cells = " | ".join(f"{s.get(name, 0.0):>{width}.2f}" for s in steps.values())
+        print(f"| {name:<22} | {cells} |")
+    mean = statistics.mean(s["total"] for s in steps.values())
+    print(f"mean total {mean:.2f} s = {mean / floor:.2f} x floor")
+
+    n = students * len(assignments)
+    print(f"\nthe class ({students} students x {len(assignments)} notebooks = {n}) on local Dask:")
+    print(
+        f"| {'workers':>7} | {'start s':>7} | {'wall s':>7} | {'s / notebook':>12} "
+        f"| {'x floor':>7} | {'task s':>6} | {'merge ms':>8} |"
+    )
+    print(f"|{'-' * 9}|{'-' * 9}|{'-' * 9}|{'-' * 14}|{'-' * 9}|{'-' * 8}|{'-' * 10}|")
+    for k, r in runs.items():
+        print(
+            f"| {k:>7} | {r['start']:7.1f} | {r['wall']:7.1f} | {r['per notebook']:12.2f} "
+            f"| {r['per notebook'] / floor:7.2f} | {r['task']:6.2f} | {r['merge'] * 1000:8.0f} |"
+        )
+    overhead = next((r for r in runs.values() if "round trip" in r), None)
+    if overhead:
+        print(
+            f"\nscheduler overhead per no-op task: {overhead['round trip'] * 1000:.1f} ms one at "
+            f"a time, {overhead['pipelined'] * 1000:.2f} ms pipelined"
+        )
+
+    print("\nprojections:")
+    for k, r in runs.items():
+        minutes = r["per notebook"] * 100 * 6 / 60
+        verdict = "within" if minutes <= 15 else "over"
+        print(f"  100 students x 6 notebooks, K = {k} here: {minutes:5.1f} min ({verdict} 15 min)")
+    one = runs.get(1) or next(iter(runs.values()))
+    tasks, workers = 10_000 * 6, 50
+    compute = tasks * one["task"] / workers
+    merging = tasks * one["merge"]
+    sched = tasks * (overhead["pipelined"] if overhead else 0.0)
+    total = max(compute, merging, sched)
+    print(
+        f"  10,000 students x 6 notebooks on {workers} workers: {total / 3600:.1f} h "
+        f"= max(tasks x {one['task']:.2f} s / {workers} workers = {compute / 3600:.2f} h, "
+        f"merging {tasks} results x {one['merge'] * 1000:.0f} ms = {merging / 3600:.2f} h, "
+        f"scheduler {tasks} x {(overhead or {}).get('pipelined', 0) * 1000:.2f} ms "
+        f"= {sched / 3600:.2f} h)"
+    )
 
 
 if __name__ == "__main__":

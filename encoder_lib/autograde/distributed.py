@@ -178,6 +178,9 @@ class Summary:
     """Submissions not graded because the run was interrupted."""
     seconds: float = 0.0
     task_seconds: list[float] = field(default_factory=list)
+    """Each result's time on its worker."""
+    merge_seconds: list[float] = field(default_factory=list)
+    """Each result's time in this process (gradebook transaction, files, ledger)."""
     workers: set[str] = field(default_factory=set)
     by_worker: dict[tuple[str, str], str] = field(default_factory=dict)
 
@@ -217,7 +220,7 @@ def _local_cluster(workers: int | None):
         n_workers=workers or len(os.sched_getaffinity(0)),
         threads_per_worker=1,  # tasks.grade_submission grades one submission per process
         processes=True,
-        dashboard_address=None,
+        dashboard_address=":0",  # any free port: several clusters can run side by side
         silence_logs=logging.ERROR,
     )
 
@@ -321,7 +324,9 @@ def grade(
                     pending.add(submit(*queue.pop(0)))
                 future = next(pending)
                 s, a = keys.pop(future.key)
+                t = time.perf_counter()
                 _record(course, gb, future, s, a, summary, all_logs)
+                summary.merge_seconds.append(time.perf_counter() - t)
                 future.release()
                 bar.update(1)
                 bar.set_postfix(

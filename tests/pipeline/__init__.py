@@ -4,7 +4,8 @@
     PIPELINE_VARIANTS=all pytest tests/pipeline    # every variant of tests/variants
 
 Environment:
-- ``PIPELINE_WORKERS`` (default 2): autograde processes (tools/grade_parallel.py).
+- ``PIPELINE_WORKERS`` (default 2): Dask workers of the local cluster that grades the class
+  (``python -m encoder_lib.autograde``).
 - ``PIPELINE_VARIANTS``: ``sample`` (default) grades, for every answer cell and every distinct
   set of failing cells, the first and last buggy variant, and the first correct variant of every
   answer cell; ``all`` grades every variant (about 350 notebooks, 5-6 s of CPU each).

@@ -2,8 +2,9 @@
 
 ``graded`` builds a course from this repository's nbgrader_config.py and solutions/, writes one
 submission per case (see ``roster``), collects two more with ``zip_collect``, autogrades every
-assignment (``tools/grade_parallel.py``, PIPELINE_WORKERS processes, default 2), generates the
-feedback and exports the grades. The tests only read the results.
+assignment (``python -m encoder_lib.autograde`` on a local Dask cluster of PIPELINE_WORKERS
+processes, default 2), generates the feedback and exports the grades. The tests only read the
+results.
 """
 
 from __future__ import annotations

@@ -3,8 +3,9 @@
 The end-to-end tests copy ``nbgrader_config.py`` and ``solutions/`` into a temporary folder, let
 ``nbgrader generate_assignment`` write the student versions, write submissions made from those
 versions into ``submitted/<student>/<assignment>/<notebook>.ipynb``, grade them with
-``nbgrader autograde`` (through ``tools/grade_parallel.py``) and read the scores back from the
-gradebook and ``nbgrader export``'s CSV, never from exit codes.
+nbgrader's own autograde, run on Dask workers by ``python -m encoder_lib.autograde`` (or plain
+``nbgrader autograde``) and read the scores back from the gradebook and ``nbgrader export``'s
+CSV, never from exit codes.
 
 ``PIPELINE_REPO`` points the harness at another checkout with the same layout (used to develop it
 against a small demo course).
@@ -17,6 +18,7 @@ import copy
 import csv
 import html
 import importlib.util
+import json
 import os
 import re
 import shutil
@@ -30,7 +32,6 @@ from nbgrader.api import Gradebook, MissingEntry
 
 REPO_DEFAULT = Path(__file__).resolve().parents[2]
 REPO = Path(os.environ.get("PIPELINE_REPO") or REPO_DEFAULT)
-TOOLS = REPO_DEFAULT / "tools"
 VENV_BIN = Path(sys.executable).parent
 
 SOLUTION_MARKERS = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION[ \t]*\n?", re.MULTILINE)
@@ -288,30 +289,50 @@ class Course:
         (folder / "timestamp.txt").write_text("2030-01-01 12:00:00.000000 UTC")
         return path
 
-    def autograde(self, assignment: str, *extra: str, workers: int = 1) -> str:
-        """Grade every submission of ``assignment`` not graded yet; returns the log."""
-        proc = subprocess.run(
-            [
-                str(VENV_BIN / "python"),
-                str(TOOLS / "grade_parallel.py"),
-                assignment,
-                "--workers",
-                str(workers),
-                "--course-dir",
-                str(self.root),
-                *(["--", *extra] if extra else []),
-            ],
+    def grade_command(
+        self, assignment: str, *options: str, workers: int = 1, scheduler: str | None = None
+    ) -> list[str]:
+        """``python -m encoder_lib.autograde ASSIGNMENT`` for this course: on a local cluster of
+        ``workers`` processes, or on the Dask ``scheduler`` given. ``options`` are the command's
+        own; put nbgrader settings after ``"--"``."""
+        where = ["--scheduler", scheduler] if scheduler else ["--workers", str(workers)]
+        return [
+            str(VENV_BIN / "python"),
+            "-m",
+            "encoder_lib.autograde",
+            assignment,
+            "--course-dir",
+            str(self.root),
+            *where,
+            *options,
+        ]
+
+    def grade(self, assignment: str, *options: str, workers: int = 1, scheduler=None, timeout=1800):
+        """Run ``grade_command``; returns the CompletedProcess (exit status 1 when a submission
+        was flagged or failed, so it is not checked here)."""
+        return subprocess.run(
+            self.grade_command(assignment, *options, workers=workers, scheduler=scheduler),
             cwd=self.root,
             env=env(),
             capture_output=True,
             text=True,
-            timeout=1800,
+            timeout=timeout,
         )
-        # Not checked: nbgrader exits non-zero when one student's notebook failed (a malformed
-        # one), after grading everyone else. The tests read the gradebook instead.
-        tag = "all" if assignment == "*" else assignment
-        logs = sorted((self.root / "logs").glob(f"autograde-{tag}-worker*.log"))
+
+    def autograde(self, assignment: str, *extra: str, workers: int = 1) -> str:
+        """Grade every submission of ``assignment`` not graded yet, on a local Dask cluster of
+        ``workers`` processes (``extra``: nbgrader settings such as ``--Execute.timeout=15``);
+        returns the command's output and nbgrader's log of every flagged submission."""
+        proc = self.grade(assignment, *(["--", *extra] if extra else []), workers=workers)
+        logs = sorted((self.root / "logs" / "autograde").glob("*/*.log"))
         return proc.stdout + proc.stderr + "".join(p.read_text() for p in logs)
+
+    def ledger(self) -> list[dict]:
+        """The lines of ``logs/grading.jsonl``: one per result the grading command recorded."""
+        path = self.root / "logs" / "grading.jsonl"
+        if not path.is_file():
+            return []
+        return [json.loads(line) for line in path.read_text().splitlines()]
 
     def feedback(self, assignment: str, students: list[str] | None = None) -> str:
         """``nbgrader generate_feedback`` for every graded student, or only ``students``."""
