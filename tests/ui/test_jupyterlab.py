@@ -1,165 +1,407 @@
-"""A real browser drives a real JupyterLab: a student opens a notebook, runs every cell, sees the
-widgets and the grader's feedback.
+"""A real browser drives a real JupyterLab: every notebook, solution and student version.
 
-Needs Chromium (Debian's ``chromium`` package; ``.ci/run`` installs it) and the ``playwright``
-Python package (no browser download: it drives /usr/bin/chromium). Skipped, with the reason, on a
-machine without Chromium.
+Each notebook is opened and run once (Run All); then every check in ``SOLUTION_CHECKS`` or
+``STUDENT_CHECKS`` looks at the result, and all their complaints are reported together. To check
+something more in every notebook, write a function ``check_x(ran) -> list[str]`` (the problems
+found, empty when all is well) and add it to the list.
 """
 
 from __future__ import annotations
 
-import os
-import secrets
-import shutil
-import socket
-import subprocess
-import sys
-import time
+import json
+import re
+import urllib.error
 import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import nbformat
 import pytest
 
-from tools.build_course import RELEASE, SOLUTIONS
+from tools.build_course import assignments
+from tools.student_edition import released
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-pytestmark = pytest.mark.skipif(
-    not Path(CHROMIUM).exists(), reason="Chromium is not installed (apt-get install chromium)"
+# --- driving JupyterLab --------------------------------------------------------------------------
+_NOTEBOOK = "window.jupyterapp.shell.currentWidget"
+# The kernel is idle and no cell prompt shows "[*]" (queued or running).
+_KERNEL_IDLE = f"""() => {{
+  const w = {_NOTEBOOK};
+  return !!(w && w.sessionContext && w.sessionContext.session
+            && w.sessionContext.session.kernel
+            && w.sessionContext.session.kernel.status === 'idle');
+}}"""
+_ALL_DONE = (
+    "() => (" + _KERNEL_IDLE + ")() && "
+    "![...document.querySelectorAll('.jp-InputPrompt')].some(p => p.textContent.includes('*'))"
 )
-playwright = pytest.importorskip("playwright.sync_api")
+# The outputs of every cell as the notebook model holds them (what the kernel sent).
+_MODEL_OUTPUTS = f"""() => {{
+  const cells = {_NOTEBOOK}.content.model.cells;
+  const result = [];
+  for (let i = 0; i < cells.length; i++) {{
+    const cell = cells.get(i);
+    result.push(cell.type === 'code' ? cell.outputs.toJSON() : []);
+  }}
+  return result;
+}}"""
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+@dataclass
+class Ran:
+    """A notebook after Run All in the browser."""
+
+    page: object  # playwright Page
+    path: Path  # the notebook file the browser opened (a scratch copy)
+    notebook: nbformat.NotebookNode  # the same file as read from disk before the run
+    outputs: list[list[dict]]  # per cell, the outputs in the browser's notebook model
+    artifacts: Path  # where screenshots go
+    label: str  # e.g. "solution-01_self_attention"
+    notes: list[str] = field(default_factory=list)
+
+    def shot(self, what: str, locator=None) -> None:
+        target = self.artifacts / f"{self.label}-{what}.png"
+        (locator or self.page).screenshot(path=str(target))
 
 
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory):
-    """JupyterLab on loopback, serving a scratch copy of one solution and one student notebook."""
-    root = tmp_path_factory.mktemp("lab")
-    shutil.copytree(SOLUTIONS / "01_self_attention", root / "solution")
-    shutil.copytree(RELEASE / "01_self_attention", root / "student")
-    port, token = _free_port(), secrets.token_hex(16)
-    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "jupyterlab",
-            "--no-browser",
-            f"--port={port}",
-            "--ServerApp.ip=127.0.0.1",
-            f"--IdentityProvider.token={token}",
-            "--ServerApp.port_retries=0",
-            "--LabApp.expose_app_in_browser=True",
-            "--allow-root",
-            f"--ServerApp.root_dir={root}",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env=env,
-        cwd=root,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            urllib.request.urlopen(f"{url}/api/status?token={token}", timeout=2)
-            break
-        except OSError:
-            if time.monotonic() > deadline or server.poll() is not None:
-                server.kill()
-                pytest.fail("JupyterLab did not start within 60 s")
-            time.sleep(0.5)
-    yield url, token, root
-    server.terminate()
-    server.wait(timeout=20)
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with playwright.sync_playwright() as p:
-        b = p.chromium.launch(
-            executable_path=CHROMIUM,
-            headless=True,
-            args=[
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-quic",
-                "--no-first-run",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-            ],
-        )
-        yield b
-        b.close()
-
-
-def _open_and_run_all(browser, lab, relpath: str, screenshot: Path):
-    url, token, _ = lab
+def open_and_run_all(browser, lab, relpath: str, artifacts: Path, label: str) -> Ran:
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     # ?reset: start from an empty workspace, not the layout an earlier test left behind.
-    page.goto(f"{url}/lab/tree/{relpath}?reset&token={token}")
-    page.wait_for_function("window.jupyterapp !== undefined", timeout=60_000)
-    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
+    page.goto(lab.address(f"lab/tree/{relpath}?reset"))
+    page.wait_for_function("window.jupyterapp !== undefined", timeout=90_000)
     name = relpath.rsplit("/", 1)[-1]
     page.wait_for_function(
-        f"() => {{ const w = window.jupyterapp.shell.currentWidget;"
+        f"() => {{ const w = {_NOTEBOOK};"
         f" return !!(w && w.context && w.context.path.endsWith({name!r})); }}",
-        timeout=60_000,
+        timeout=90_000,
     )
-    page.wait_for_function(_KERNEL_IDLE, timeout=60_000)
+    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
+    page.wait_for_function(_KERNEL_IDLE, timeout=90_000)
     page.evaluate("window.jupyterapp.commands.execute('notebook:run-all-cells')")
     # Wait until the first code cell has run (its prompt shows a number), then until all are done.
     page.wait_for_function(
         "() => [...document.querySelectorAll('.jp-InputPrompt')]"
         ".some(p => /\\d/.test(p.textContent))",
-        timeout=60_000,
+        timeout=90_000,
         polling=250,
     )
-    page.wait_for_function(_ALL_DONE, timeout=120_000, polling=500)
-    page.screenshot(path=str(screenshot), full_page=False)
-    return page
+    page.wait_for_function(_ALL_DONE, timeout=300_000, polling=500)
+    path = lab.root / relpath
+    ran = Ran(
+        page=page,
+        path=path,
+        notebook=nbformat.read(path, as_version=4),
+        outputs=page.evaluate(_MODEL_OUTPUTS),
+        artifacts=artifacts,
+        label=label,
+    )
+    ran.shot("after-run-all")
+    return ran
 
 
-# The kernel is idle and no cell prompt shows "[*]" (queued or running).
-_KERNEL_IDLE = """() => {
-  const w = window.jupyterapp.shell.currentWidget;
-  return !!(w && w.sessionContext && w.sessionContext.session
-            && w.sessionContext.session.kernel
-            && w.sessionContext.session.kernel.status === 'idle');
+def run_checks(ran: Ran, checks: list[Callable[[Ran], list[str]]]) -> None:
+    problems = []
+    for check in checks:
+        problems += [f"{check.__name__}: {p}" for p in check(ran)]
+    ran.page.close()
+    assert problems == [], "\n".join(problems)
+
+
+# --- checks on a solution notebook ---------------------------------------------------------------
+_IMAGE = "image/png"
+_WIDGET = "application/vnd.jupyter.widget-view+json"
+
+
+def _outputs(ran: Ran):
+    for index, outputs in enumerate(ran.outputs):
+        for output in outputs:
+            yield index, output
+
+
+def check_no_error_output(ran: Ran) -> list[str]:
+    problems = []
+    for index, output in _outputs(ran):
+        if output["output_type"] == "error":
+            problems.append(f"cell {index}: {output['ename']}: {output['evalue'][:200]}")
+        elif output["output_type"] == "stream" and output["name"] == "stderr":
+            problems.append(f"cell {index} wrote to stderr: {str(output['text'])[:200]}")
+    rendered = ran.page.locator(".jp-OutputArea-output[data-mime-type*='error']")
+    if rendered.count():
+        problems.append(f"{rendered.count()} error outputs shown")
+    return problems
+
+
+def _cell_js(ran: Ran, index: int, body: str):
+    """Evaluate ``body`` (a JS expression of ``node``, cell ``index``'s DOM node)."""
+    ran.page.evaluate(f"i => {_NOTEBOOK}.content.scrollToItem(i)", index)
+    return ran.page.evaluate(
+        f"i => {{ const node = {_NOTEBOOK}.content.widgets[i].node; return {body}; }}", index
+    )
+
+
+def check_figures_render_as_images(ran: Ran) -> list[str]:
+    """Every figure the kernel sent (an image/png output outside a widget) is an <img> that
+    loaded, and there are as many as in the committed notebook."""
+    problems = []
+    committed = [
+        sum(1 for o in cell.get("outputs", []) if _IMAGE in o.get("data", {}))
+        for cell in ran.notebook.cells
+    ]
+    for index, outputs in enumerate(ran.outputs):
+        sent = sum(1 for o in outputs if _IMAGE in o.get("data", {}))
+        if sent < committed[index]:
+            problems.append(f"cell {index}: {sent} figures, the committed notebook has more")
+        if not sent:
+            continue
+        loaded = _cell_js(
+            ran,
+            index,
+            "[...node.querySelectorAll('.jp-OutputArea-output img')]"
+            ".filter(img => !img.closest('.widget-output'))"
+            ".map(img => img.complete && img.naturalWidth > 0)",
+        )
+        if len(loaded) != sent or not all(loaded):
+            problems.append(
+                f"cell {index}: {sent} figures, {sum(loaded)}/{len(loaded)} <img> loaded"
+            )
+    return problems
+
+
+def check_widgets_render(ran: Ran) -> list[str]:
+    """Every cell that sent a widget view draws it (not "Loading widget...", not an error)."""
+    problems = []
+    cells = [
+        i
+        for i, outputs in enumerate(ran.outputs)
+        if any(_WIDGET in o.get("data", {}) for o in outputs)
+    ]
+    if not cells:
+        problems.append("no widget was sent (every notebook has an interactive figure)")
+    for index in cells:
+        drawn, text = _cell_js(
+            ran,
+            index,
+            "[node.querySelectorAll('.jp-OutputArea .jupyter-widgets').length,"
+            " node.querySelector('.jp-Cell-outputWrapper').textContent]",
+        )
+        if not drawn:
+            problems.append(f"cell {index}: widget view sent but nothing drawn")
+        for failure in ("Loading widget", "Error displaying widget", "Error rendering"):
+            if failure in text:
+                problems.append(f"cell {index}: the widget shows {failure!r}")
+    return problems
+
+
+# Ways to change an interactive figure's first control, tried in order.
+def _move_slider(control, page) -> bool:
+    handle = control.locator(".noUi-handle")
+    if not handle.count():
+        return False
+    handle.first.focus()
+    page.keyboard.press("ArrowRight")
+    page.keyboard.press("ArrowRight")
+    return True
+
+
+def _next_toggle(control, page) -> bool:
+    buttons = control.locator("button.widget-toggle-button:not(.mod-active)")
+    if not buttons.count():
+        return False
+    buttons.first.click()
+    return True
+
+
+def _next_option(control, page) -> bool:
+    select = control.locator("select")
+    if not select.count():
+        return False
+    options = select.first.locator("option").all_text_contents()
+    current = select.first.evaluate("s => s.selectedIndex")
+    select.first.select_option(index=(current + 1) % len(options))
+    return True
+
+
+def _tick(control, page) -> bool:
+    box = control.locator("input[type=checkbox]")
+    if not box.count():
+        return False
+    box.first.click()
+    return True
+
+
+def _retype(control, page) -> bool:
+    box = control.locator("input[type=text], textarea")
+    if not box.count():
+        return False
+    box.first.fill("The lab was fun and clear")
+    box.first.press("Enter")
+    return True
+
+
+_CHANGES = (_move_slider, _next_toggle, _next_option, _tick, _retype)
+_PICTURE = """out => {
+  const img = out.querySelector('img');
+  return img ? img.src : out.textContent;
 }"""
-_ALL_DONE = (
-    "() => (" + _KERNEL_IDLE + ")() && "
-    "![...document.querySelectorAll('.jp-InputPrompt')].some(p => p.textContent.includes('*'))"
-)
 
 
-def test_solution_runs_in_the_browser_with_live_widgets(lab, browser, tmp_path):
-    page = _open_and_run_all(browser, lab, "solution/01_self_attention.ipynb", tmp_path / "a.png")
-    errors = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")
-    tracebacks = [t for t in errors.all_text_contents() if "Traceback" in t or "Error" in t]
-    assert tracebacks == []
-    sliders = page.locator(".widget-slider")
-    assert sliders.count() >= 1, "the ipywidgets explorer did not render"
-    # Moving the slider re-draws the figure below it.
-    output = page.locator(".widget-output").first
-    before = output.inner_html()
-    sliders.first.locator(".noUi-handle, .ui-slider-handle").first.focus()
-    page.keyboard.press("ArrowRight")
-    page.keyboard.press("ArrowRight")
-    page.wait_for_function(_ALL_DONE, timeout=30_000)
-    page.wait_for_timeout(500)
-    assert output.inner_html() != before, "moving the slider did not change the figure"
-    page.close()
+def check_controls_redraw(ran: Ran) -> list[str]:
+    """For each interactive figure, changing its first control changes what it shows."""
+    problems = []
+    interacts = ran.page.locator(".widget-interact")
+    for i in range(interacts.count()):
+        interact = interacts.nth(i)
+        interact.scroll_into_view_if_needed()
+        controls = interact.locator(":scope > .jupyter-widgets:not(.widget-output)")
+        output = interact.locator(".widget-output").first
+        before = output.evaluate(_PICTURE)
+        ran.shot(f"interactive-{i}-before", interact)
+        changed = None
+        for position in range(controls.count()):
+            changed = next(
+                (c.__name__ for c in _CHANGES if c(controls.nth(position), ran.page)), None
+            )
+            if changed:
+                break
+        if changed is None:
+            problems.append(f"interactive figure {i}: no control this test knows how to change")
+            continue
+        try:
+            ran.page.wait_for_function(
+                f"([out, before]) => ({_PICTURE})(out) !== before",
+                arg=[output.element_handle(), before],
+                timeout=60_000,
+                polling=250,
+            )
+        except Exception:
+            problems.append(f"interactive figure {i}: {changed} did not change the picture")
+        ran.page.wait_for_function(_ALL_DONE, timeout=60_000)
+        ran.shot(f"interactive-{i}-after", interact)
+    if interacts.count() == 0:
+        problems.append("no interactive figure found")
+    return problems
 
 
-def test_student_sees_specific_feedback_in_the_browser(lab, browser, tmp_path):
-    page = _open_and_run_all(browser, lab, "student/01_self_attention.ipynb", tmp_path / "b.png")
-    errors = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")
-    text = "\n".join(errors.all_text_contents())
-    assert "not written yet" in text  # the grader's message for an untouched exercise
+SOLUTION_CHECKS = [
+    check_no_error_output,
+    check_figures_render_as_images,
+    check_widgets_render,
+    check_controls_redraw,
+]
+
+
+# --- checks on a student notebook ----------------------------------------------------------------
+def _locked_code_cells(ran: Ran) -> list[int]:
+    return [
+        i
+        for i, cell in enumerate(ran.notebook.cells)
+        if cell.cell_type == "code" and cell.metadata.get("nbgrader", {}).get("locked")
+    ]
+
+
+def _answer_cells(ran: Ran) -> list[int]:
+    return [
+        i
+        for i, cell in enumerate(ran.notebook.cells)
+        if cell.metadata.get("nbgrader", {}).get("solution") and cell.cell_type == "code"
+    ]
+
+
+def _type_into(ran: Ran, index: int, text: str) -> str:
+    """Click into cell ``index``'s editor, type ``text``; return the cell's source afterwards."""
+    page = ran.page
+    page.evaluate(f"i => {_NOTEBOOK}.content.scrollToItem(i)", index)
+    editor = page.evaluate_handle(
+        f"i => {_NOTEBOOK}.content.widgets[i].node.querySelector('.cm-content')", index
+    )
+    editor.as_element().click()
+    page.keyboard.insert_text(text)  # text input only: no key is a command-mode shortcut
+    return page.evaluate(
+        f"i => {_NOTEBOOK}.content.model.cells.get(i).sharedModel.getSource()", index
+    )
+
+
+def check_locked_cells_cannot_be_edited(ran: Ran) -> list[str]:
+    problems = []
+    locked = _locked_code_cells(ran)
+    if not locked:
+        problems.append("no locked code cell found")
+    for index in locked:
+        source = ran.notebook.cells[index].source
+        if _type_into(ran, index, "@@edited@@") != source:
+            problems.append(f"locked cell {index} accepted typing")
+    # The same typing does reach an answer cell (so the check above can fail).
+    answer = _answer_cells(ran)[0]
+    if "@@edited@@" not in _type_into(ran, answer, "@@edited@@"):
+        problems.append(f"typing into answer cell {answer} changed nothing: the check is broken")
+    return problems
+
+
+def check_unfinished_exercise_says_so(ran: Ran) -> list[str]:
+    # textContent, not innerText: off-screen cells (content-visibility: auto) have no innerText.
+    shown = " ".join(ran.page.locator(".jp-OutputArea-output").all_text_contents())
+    if "not written yet" not in shown:
+        return ["no output says 'not written yet' after Run All on the untouched notebook"]
+    return []
+
+
+STUDENT_CHECKS = [check_unfinished_exercise_says_so, check_locked_cells_cannot_be_edited]
+
+
+# --- the tests -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", assignments())
+def test_solution_notebook_in_the_browser(name, solution_lab, browser, artifacts):
+    ran = open_and_run_all(
+        browser, solution_lab, f"solutions/{name}/{name}.ipynb", artifacts, f"solution-{name}"
+    )
+    run_checks(ran, SOLUTION_CHECKS)
+
+
+@pytest.mark.parametrize("name", released())
+def test_student_notebook_in_the_browser(name, student_lab, browser, artifacts):
+    ran = open_and_run_all(
+        browser, student_lab, f"{name}/{name}.ipynb", artifacts, f"student-{name}"
+    )
+    run_checks(ran, STUDENT_CHECKS)
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args, **kwargs):
+        return None
+
+
+def test_make_lab_opens_the_first_notebook_and_reaches_every_one(student_lab, browser, artifacts):
+    """`make lab` (run by the fixture): the server's root is notebooks/, its home page is the
+    first notebook, every notebook is reachable, and none of nbgrader's instructor tools is
+    there."""
+    first = released()[0]
+    home = f"/lab/tree/{first}/{first}.ipynb"
+    assert f"{home}?token=" in student_lab.log.read_text()  # the address `make lab` prints
+    opener = urllib.request.build_opener(_NoRedirect)
+    with pytest.raises(urllib.error.HTTPError) as redirect:
+        opener.open(student_lab.address(""))
+    assert redirect.value.headers["Location"].startswith(home)  # and where "/" leads
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(student_lab.address(f"{home}?reset"))  # ?reset: ignore layouts earlier tests saved
+    page.wait_for_function(
+        f"() => {{ const w = window.jupyterapp && {_NOTEBOOK};"
+        " return !!(w && w.context && w.context.path); }",
+        timeout=90_000,
+    )
+    assert page.evaluate(f"() => {_NOTEBOOK}.context.path") == f"{first}/{first}.ipynb"
+    page.wait_for_selector(".jp-DirListing-item", timeout=30_000)
+    page.screenshot(path=str(artifacts / "make-lab-home.png"))
+    for name in released():
+        with urllib.request.urlopen(student_lab.address(f"api/contents/{name}/{name}.ipynb")) as r:
+            assert json.load(r)["type"] == "notebook"
+    menus = " ".join(page.locator(".lm-MenuBar-itemLabel").all_inner_texts())
+    assert "Nbgrader" not in menus and "File" in menus
+    assert "@jupyter/nbgrader" in page.evaluate(
+        "() => JSON.parse(document.getElementById('jupyter-config-data').textContent)"
+        ".disabledExtensions"
+    )
+    with pytest.raises(urllib.error.HTTPError, match="404"):
+        urllib.request.urlopen(student_lab.address("formgrader"))
+    log = student_lab.log.read_text()
+    assert not re.search(r"course directory root is not a subdirectory", log)
     page.close()
