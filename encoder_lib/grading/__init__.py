@@ -12,10 +12,11 @@ records what happened; the judging never happens where a student could reach it 
 comes back in nbgrader's own process.
 """
 
-from . import attention, capstone, encoder, feed_forward, layer_norm, multi_head
+from . import attention, capstone, decoder, encoder, feed_forward, layer_norm, multi_head
 from ._core import TamperingError
 from .attention import *  # noqa: F403
 from .capstone import *  # noqa: F403
+from .decoder import *  # noqa: F403
 from .encoder import *  # noqa: F403
 from .feed_forward import *  # noqa: F403
 from .feedback import ForbiddenCallError, GradingError, NotWrittenYet, show_full_tracebacks
@@ -36,6 +37,7 @@ __all__ = [
     *feed_forward.__all__,
     *encoder.__all__,
     *capstone.__all__,
+    *decoder.__all__,
 ]
 
 # Until every topic runs on the runner, the older checks keep their in-kernel defences.

@@ -29,7 +29,7 @@ def _graded_ids(path) -> list[str]:
     ]
 
 
-def test_the_six_assignments_exist_in_course_order():
+def test_the_assignments_exist_in_course_order():
     assert ASSIGNMENTS == EXPECTED
     for name in ASSIGNMENTS:
         assert [p.name for p in _notebooks(SOLUTIONS, name)] == [f"{name}.ipynb"]

@@ -19,6 +19,7 @@ ASSIGNMENTS = (
     "04_feed_forward",
     "05_encoder",
     "06_sentiment_capstone",
+    "07_decoder",
 )
 
 

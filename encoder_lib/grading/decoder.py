@@ -1,0 +1,1106 @@
+"""Notebook 07: from the encoder to the decoder, as data for the runner.
+
+- ``check_causal_self_attention(fn)``, exercise (a): ``causal_self_attention(x, attention,
+  keep=None)`` builds the decoder's self-attention mask (position i may attend to 0..i, and to no
+  target padding when ``keep`` (B, L) is given) and calls ``attention(x, x, x, mask)``. Named: the
+  mask on the wrong side of the diagonal, the diagonal left out, the polarity reversed, no mask;
+  with padding: the padding ignored, the causal part dropped, ``|`` for ``&``, the padding mask
+  applied to the queries or reversed. A probe changes the last position and looks for a change
+  in the earlier outputs (the future leaking in).
+- ``check_cross_attention(fn)``, exercise (b): ``cross_attention(x, memory, attention,
+  memory_keep=None)``: queries from the decoder ``(B, L_tgt, D)``, keys and values from the
+  encoder's output ``(B, L_src, D)``, the source padding mask ``(B, 1, 1, L_src)``. Named: keys
+  and values taken from the decoder, values from the decoder, queries from the memory, the
+  source mask ignored, reversed, applied to the queries or not reshaped, a causal mask added. A
+  probe changes the padded source positions.
+- ``check_decoder_layer(DecoderLayer)``, exercise (c): ``forward(x, memory, tgt_mask=None,
+  memory_mask=None)``, post-norm and pre-norm, compared with ``encoder_lib.DecoderLayer`` in eval
+  and training mode. Named: the norm in the wrong place (norm_first ignored, norm inside the
+  residual branch, normalised skip, memory normalised), a residual missing, no activation, the
+  sub-layers in the wrong order, the cross-attention's queries taken from the layer's input, the
+  masks ignored, swapped or reversed, keys and values from the decoder; in training, dropout
+  missing or in the wrong place; in eval mode, dropout still active.
+- ``check_greedy_decode(fn)``, exercise (d): ``greedy_decode(model, src, max_len, start_id=1,
+  end_id=2, pad_id=0)`` with a stand-in model (``model(src, tgt_in) -> logits``, causal, its
+  prediction depending on everything fed so far). Named: the whole target fed at once, the
+  first position read instead of the last, predictions not fed back, only the last token fed,
+  no padding after ``<end>``, ``<end>`` itself replaced, stopping when the first sequence ends,
+  the ids hard-coded.
+
+``nn.TransformerDecoderLayer``, ``nn.TransformerDecoder``, ``encoder_lib.DecoderLayer``,
+``encoder_lib.TransformerDecoder`` and ``F.multi_head_attention_forward`` are forbidden in (a),
+(b) and (c), and ``encoder_lib.causal_mask`` in (a). The attention is handed to (a) and (b)
+ready-made (the arithmetic was notebooks 01 and 02's), so ``F.scaled_dot_product_attention``
+does none of their work and stays allowed (the given attention may use it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import encoder_lib
+
+from . import observe, runner
+from .observe import Call, Failure, Forbidden, Observation, Part
+from .runner import Ask, Case, Exercise, ModuleSpec, close, keep_first, randn, reference_mode
+
+__all__ = [
+    "check_causal_self_attention",
+    "check_cross_attention",
+    "check_decoder_layer",
+    "check_greedy_decode",
+]
+
+_DECODERS = {
+    nn.TransformerDecoderLayer: "nn.TransformerDecoderLayer",
+    nn.TransformerDecoder: "nn.TransformerDecoder",
+    encoder_lib.DecoderLayer: "encoder_lib.decoder.DecoderLayer",
+    encoder_lib.TransformerDecoder: "encoder_lib.decoder.TransformerDecoder",
+}
+_MHA_FORWARD = {
+    F.multi_head_attention_forward: "F.multi_head_attention_forward (nn.MultiheadAttention, "
+    "inside nn.TransformerDecoderLayer)"
+}
+observe.FORBIDDEN["causal_self_attention"] = Forbidden(
+    torch=_MHA_FORWARD,
+    python={**_DECODERS, encoder_lib.causal_mask: "encoder_lib.masks.causal_mask"},
+)
+observe.FORBIDDEN["cross_attention"] = Forbidden(torch=_MHA_FORWARD, python=_DECODERS)
+observe.FORBIDDEN["decoder_layer"] = Forbidden(torch=_MHA_FORWARD, python=_DECODERS)
+observe.FORBIDDEN["greedy_decode"] = Forbidden(python=_DECODERS)
+
+
+def _dropout(p: float) -> Callable[[torch.Tensor], torch.Tensor]:
+    """Dropout with probability p as student code gets it (call under ``reference_mode``)."""
+    return lambda t: F.dropout(t, p, training=True) if p > 0 else t
+
+
+def _same(t: torch.Tensor) -> torch.Tensor:
+    return t
+
+
+def _evaluate(entries: Mapping[str, Callable[[], Any]]) -> dict[str, Any]:
+    """Description -> value, skipping the mistakes that cannot happen on these inputs (their
+    masks do not broadcast: the student's code would have raised instead)."""
+    values: dict[str, Any] = {}
+    with reference_mode(), torch.no_grad():
+        for text, make in entries.items():
+            try:
+                values[text] = make()
+            except (ValueError, RuntimeError):
+                continue
+    return values
+
+
+# --- the attention handed to exercises (a) and (b) -----------------------------------------------
+
+
+def _build_attention(part: Part) -> nn.Module:
+    """An ``encoder_lib.MultiHeadAttention`` in eval mode with the weights the check sent."""
+    weights = part.tensors
+    D = weights["out_proj.weight"].shape[0]
+    with torch.random.fork_rng(devices=[]):
+        module = encoder_lib.MultiHeadAttention(D, int(part.options["heads"]))
+    module = module.to(weights["in_proj_weight"].dtype)
+    module.load_state_dict({name: t.clone() for name, t in weights.items()})
+    return module.eval()
+
+
+observe.PARTS["decoder.attention"] = _build_attention
+
+
+def _attention(D: int, H: int, seed: int, dtype: torch.dtype) -> tuple[Part, nn.Module]:
+    """The part sent to the student's code (random weights, biases included) and the same
+    module here."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        module = encoder_lib.MultiHeadAttention(D, H).to(torch.float64)
+    with torch.no_grad():
+        for i, param in enumerate(module.parameters()):
+            param.add_(0.3 * randn(*param.shape, seed=seed * 10 + i))
+    tensors = {name: t.to(dtype) for name, t in module.state_dict().items()}
+    part = Part("decoder.attention", tensors, {"heads": H})
+    return part, _build_attention(part)
+
+
+def _calls_once(obs: Observation, ask: Ask) -> str | None:
+    calls = obs.info.get("parts", [1])[0]
+    if calls != 1:
+        return (
+            f"it calls attention {calls} times: call it once, with one mask that says everything "
+            "(each call costs a full attention pass)."
+        )
+    return None
+
+
+def _needs_weights(failure: Failure) -> str | None:
+    if "has no attribute" in failure.message:
+        return (
+            "The check hands your function an attention module that is only called, as "
+            "attention(query, key, value, mask): it returns the pair (output, weights)."
+        )
+    return None
+
+
+_ATTENTION_SLOTS = ("the output", "the weights")
+
+
+# --- (a) causal self-attention -------------------------------------------------------------------
+
+_WRONG_SIDE = (
+    "the mask is on the wrong side of the diagonal: position i may attend to i and the positions "
+    "after it, i.e. to the future. The causal mask is True on and below the diagonal, "
+    "torch.ones(L, L, dtype=torch.bool).tril(): query i sees keys 0..i."
+)
+_STRICT = (
+    "the mask leaves out the diagonal: position i may not attend to itself, and position 0 has "
+    "nothing at all to attend to (its output is zero). Keep the diagonal: .tril(), not "
+    ".tril(-1)."
+)
+_INVERTED = (
+    "the mask has the wrong polarity: True must mean 'may attend'. Your mask is True above the "
+    "diagonal, the future; use torch.ones(L, L, dtype=torch.bool).tril() as it is, with no ~."
+)
+_NO_MASK = (
+    "no causal mask reaches the attention: every position sees the whole target, the future "
+    "included. Pass torch.ones(L, L, dtype=torch.bool).tril() as the mask."
+)
+_FUTURE = (
+    "position i looks at the future: changing only the last position of x changed the outputs "
+    "of the positions before it. The mask must hide keys j > i from query i (True on and below "
+    "the diagonal)."
+)
+
+
+def _causal_mistakes(ref, x, keep) -> dict[str, Any]:
+    B, L, _ = x.shape
+    ones = torch.ones(L, L, dtype=torch.bool)
+    causal = ones.tril()
+    pad = None if keep is None else keep[:, None, None, :]  # (B, 1, 1, L)
+
+    def attend(mask):
+        return lambda: ref(x, x, x, mask)
+
+    def with_pad(mask):
+        return mask if pad is None else mask & pad
+
+    entries = {
+        _WRONG_SIDE: attend(with_pad(ones.triu())),
+        _STRICT: attend(with_pad(ones.tril(-1))),
+        _INVERTED: attend(with_pad(~causal)),
+    }
+    if keep is None:
+        entries[_NO_MASK] = attend(None)
+    else:
+        entries |= {
+            "it ignores keep: the padded target positions stay visible. Combine both masks, "
+            "causal & keep[:, None, None, :] (shape (B, 1, L, L)): a key must be in the past "
+            "and real.": attend(causal),
+            "it ignores the causal part and masks only the padding: position i still sees the "
+            "future. Combine both masks: causal & keep[:, None, None, :].": attend(pad),
+            "it combines the two masks with | (or): a key that is in the past OR real is "
+            "visible, so the future shows through. A key must be both: use &.": attend(
+                causal | pad
+            ),
+            "the padding mask is applied to the queries (keep[:, None, :, None], the rows) "
+            "instead of the keys: padding is something no query may look at, so it masks "
+            "columns, keep[:, None, None, :].": attend(causal & keep[:, None, :, None]),
+            "the padding mask has the wrong polarity: keep is True at real tokens (may "
+            "attend), so use it as it is, with no ~.": attend(causal & ~pad),
+        }
+        if L == B > 1:
+            entries[
+                "keep (B, L) is combined with the (L, L) causal mask as it is: broadcasting "
+                "lines its batch axis up with the queries. Give it the shape (B, 1, 1, L) "
+                "first: keep[:, None, None, :]."
+            ] = attend(causal & keep)
+    return _evaluate(entries)
+
+
+def _causal_case(B, L, D, H, seed, keep_rows=None, dtype=torch.float64) -> Case:
+    part, ref = _attention(D, H, seed, dtype)
+    x = randn(B, L, D, seed=seed + 1).to(dtype)
+    keep = None if keep_rows is None else torch.tensor(keep_rows, dtype=torch.bool)
+    kwargs = {} if keep is None else {"keep": keep}
+    call = Call("causal_self_attention", "causal_self_attention", (x, part), kwargs)
+    mask = torch.ones(L, L, dtype=torch.bool).tril()
+    if keep is not None:
+        mask = mask & keep[:, None, None, :]
+    with torch.no_grad():
+        expected = ref(x, x, x, mask)
+
+    def future(obs: Observation, ask: Ask) -> str | None:
+        if L < 2:
+            return None
+        other = x.clone()
+        other[:, -1] = randn(B, D, seed=seed + 2).to(dtype)
+        changed = ask(dataclasses.replace(call, args=(other, part))).value
+        out = obs.value[0] if isinstance(obs.value, tuple | list) else None
+        new = changed[0] if isinstance(changed, tuple | list) else None
+        if not isinstance(out, torch.Tensor) or not isinstance(new, torch.Tensor):
+            return None
+        if new.shape == out.shape and not close(new[:, :-1], out[:, :-1], 1e-5, 1e-4):
+            return _FUTURE
+        return None
+
+    def broadcast_hint(failure: Failure) -> str | None:
+        if "must broadcast" in failure.message or "must match the size" in failure.message:
+            return (
+                "The mask must broadcast against the scores (B, H, L, L): the causal part is "
+                "(L, L), keep becomes (B, 1, 1, L) with keep[:, None, None, :], and their & is "
+                "(B, 1, L, L)."
+            )
+        if "boolean" in failure.message:
+            return "Build the mask with dtype=torch.bool (True = may attend)."
+        if "NoneType" in failure.message:
+            return "keep may be None (no padding): then the causal mask alone is the mask."
+        return _needs_weights(failure)
+
+    padded = "" if keep is None else f", keep of shape {(B, L)}"
+    kind = "" if dtype == torch.float64 else f" ({dtype})"
+    return Case(
+        call,
+        f"causal_self_attention(x, attention{', keep' if keep is not None else ''}) with x of "
+        f"shape {(B, L, D)}, {H} heads{padded}{kind}",
+        expected=expected,
+        mistakes=lambda: _causal_mistakes(ref, x, keep),
+        probes=(future,),
+        requires=(_calls_once,),
+        slots=_ATTENTION_SLOTS,
+        letters=("(B, L, D)", "(B, H, L, L)"),
+        inputs={"args[0]": "x", "keep": "keep"},
+        failure_hint=broadcast_hint,
+    )
+
+
+def _causal_cases(thorough: bool) -> Iterator[Case]:
+    yield _causal_case(2, 5, 8, 2, seed=701)
+    left = [[False, False, True, True, True, True], [True] * 6]  # left padding: real tokens last
+    yield _causal_case(2, 6, 8, 2, seed=702, keep_rows=left)
+    if thorough:
+        yield _causal_case(1, 1, 4, 1, seed=703)
+        mixed = [[True, True, False, False], [False, True, True, True], [True] * 4]
+        yield _causal_case(3, 4, 12, 3, seed=704, keep_rows=mixed)
+        yield _causal_case(
+            4, 4, 8, 2, seed=705, keep_rows=[[False] * k + [True] * (4 - k) for k in range(4)]
+        )
+        yield _causal_case(2, 7, 16, 4, seed=706, dtype=torch.float32)
+        yield _causal_case(1, 5, 8, 2, seed=707, keep_rows=[[False, True, True, True, True]])
+
+
+check_causal_self_attention = runner.register(
+    Exercise(
+        "causal_self_attention",
+        "Exercise (a) · causal_self_attention",
+        "causal_self_attention",
+        "test_causal_self_attention",
+        "function",
+        "keep the given `def causal_self_attention(x, attention, keep=None):`",
+        _causal_cases,
+    )
+)
+
+
+# --- (b) cross-attention -------------------------------------------------------------------------
+
+_SOURCE_LEAK = (
+    "the source padding leaks into the output: changing only the padded positions of memory "
+    "changed it. memory_keep must hide those source positions from every query: pass "
+    "memory_keep[:, None, None, :] (B, 1, 1, L_src) as the mask."
+)
+
+
+def _cross_mistakes(ref, x, memory, keep) -> dict[str, Any]:
+    L_tgt, L_src = x.shape[1], memory.shape[1]
+    pad = None if keep is None else keep[:, None, None, :]
+
+    def attend(q, k, v, mask):
+        return lambda: ref(q, k, v, mask)
+
+    entries = {
+        "keys and values are taken from the decoder (attention(x, x, x, ...)): that is "
+        "self-attention again. In cross-attention the queries come from x and the keys and "
+        "values from the encoder's output: attention(x, memory, memory, mask).": attend(
+            x, x, x, pad
+        ),
+        "the values are taken from the decoder: attention(x, memory, x, ...). Keys and values "
+        "both come from the encoder's output, memory: a key says where to look, its value what "
+        "is found there.": attend(x, memory, x, pad),
+        "the keys are taken from the decoder: attention(x, x, memory, ...). Keys and values "
+        "both come from the encoder's output, memory.": attend(x, x, memory, pad),
+        "the queries are taken from memory: attention(memory, memory, memory, ...) lets the "
+        "source attend to itself. The queries come from the decoder, one per target position: "
+        "attention(x, memory, memory, mask).": attend(memory, memory, memory, pad),
+        "the queries are taken from memory and the keys and values from the decoder: it is the "
+        "other way round, attention(x, memory, memory, mask).": attend(memory, x, x, pad),
+    }
+    if keep is not None:
+        entries |= {
+            "it ignores memory_keep: every target position also looks at the source's padding. "
+            "Pass memory_keep[:, None, None, :] (B, 1, 1, L_src) as the mask.": attend(
+                x, memory, memory, None
+            ),
+            "the source mask has the wrong polarity: memory_keep is True at real source tokens "
+            "(may attend), so use it as it is, with no ~.": attend(x, memory, memory, ~pad),
+            "the source mask is applied to the queries (memory_keep[:, None, :, None], the "
+            "rows of the scores) instead of the keys: padding is something no query may look "
+            "at, so it masks the columns, memory_keep[:, None, None, :].": attend(
+                x, memory, memory, keep[:, None, :, None]
+            ),
+            "memory_keep (B, L_src) is passed as it is: against the scores (B, H, L_tgt, L_src) "
+            "broadcasting lines its batch axis up with the target positions. Reshape it to "
+            "(B, 1, 1, L_src): memory_keep[:, None, None, :].": attend(x, memory, memory, keep),
+            "a causal mask is added to the cross-attention: target position i may read every "
+            "real source position, before or after i (the whole source sentence is known). "
+            "Use only the source padding mask.": attend(
+                x, memory, memory, pad & torch.ones(L_tgt, L_src, dtype=torch.bool).tril()
+            ),
+        }
+    elif L_tgt > 1 and L_src > 1:
+        entries[
+            "a causal mask is added to the cross-attention: target position i may read every "
+            "source position, before or after i (the whole source sentence is known)."
+        ] = attend(x, memory, memory, torch.ones(L_tgt, L_src, dtype=torch.bool).tril())
+    return _evaluate(entries)
+
+
+def _cross_case(B, L_tgt, L_src, D, H, seed, lengths=None, dtype=torch.float64) -> Case:
+    part, ref = _attention(D, H, seed, dtype)
+    x = randn(B, L_tgt, D, seed=seed + 1).to(dtype)
+    memory = randn(B, L_src, D, seed=seed + 2).to(dtype) * 1.5
+    keep = None if lengths is None else keep_first(lengths, L_src, extra_axes=0)  # (B, L_src)
+    kwargs = {} if keep is None else {"memory_keep": keep}
+    call = Call("cross_attention", "cross_attention", (x, memory, part), kwargs)
+    with torch.no_grad():
+        expected = ref(x, memory, memory, None if keep is None else keep[:, None, None, :])
+
+    def source_leak(obs: Observation, ask: Ask) -> str | None:
+        if keep is None or bool(keep.all()):
+            return None
+        other = memory.clone()
+        other[~keep] = randn(int((~keep).sum()), D, seed=seed + 3).to(dtype) * 3.0
+        changed = ask(dataclasses.replace(call, args=(x, other, part))).value
+        out = obs.value[0] if isinstance(obs.value, tuple | list) else None
+        new = changed[0] if isinstance(changed, tuple | list) else None
+        comparable = isinstance(out, torch.Tensor) and isinstance(new, torch.Tensor)
+        if comparable and new.shape == out.shape and not close(new, out, 1e-5, 1e-4):
+            return _SOURCE_LEAK
+        return None
+
+    def hint(failure: Failure) -> str | None:
+        text = failure.message
+        scores = "The cross-attention scores have shape (B, H, L_tgt, L_src)"
+        if f"got shape {(B, L_src)}" in text:
+            return (
+                f"{scores}: give memory_keep (B, L_src) two singleton axes first, "
+                "memory_keep[:, None, None, :] (B, 1, 1, L_src), one value per source position "
+                "(key), the same for every head and target position."
+            )
+        if f"got shape {(B, 1, L_src, 1)}" in text:
+            return (
+                f"{scores}: memory_keep[:, None, :, None] would mask target positions (the "
+                "queries, the rows). The source padding masks keys (the columns): "
+                "memory_keep[:, None, None, :]."
+            )
+        if "must broadcast" in text or "must match the size" in text:
+            return (
+                f"{scores}, and the mask is memory_keep[:, None, None, :] (B, 1, 1, L_src). The "
+                "keys and values must be memory, whose length is L_src: with x as keys they "
+                "would have length L_tgt."
+            )
+        if "key and value must have shape" in text:
+            return (
+                "Keys and values both come from the encoder's output: "
+                "attention(x, memory, memory, mask)."
+            )
+        if "NoneType" in text:
+            return "memory_keep may be None (a source without padding): then pass no mask."
+        return _needs_weights(failure)
+
+    queries_from_memory = (
+        "The output needs one row per target position (the queries come from x, the decoder); "
+        "yours has one per source position: the queries were taken from memory."
+    )
+    padded = "" if keep is None else f", memory_keep of shape {(B, L_src)}"
+    kind = "" if dtype == torch.float64 else f" ({dtype})"
+    return Case(
+        call,
+        f"cross_attention(x, memory, attention{', memory_keep' if keep is not None else ''}) "
+        f"with x of shape {(B, L_tgt, D)}, memory {(B, L_src, D)}, {H} heads{padded}{kind}",
+        expected=expected,
+        mistakes=lambda: _cross_mistakes(ref, x, memory, keep),
+        probes=(source_leak,),
+        requires=(_calls_once,),
+        slots=_ATTENTION_SLOTS,
+        letters=("(B, L_tgt, D)", "(B, H, L_tgt, L_src)"),
+        shape_hints=(
+            {(B, L_src, D): queries_from_memory} if L_src != L_tgt else {},
+            {(B, H, L_src, L_tgt): queries_from_memory} if L_src != L_tgt else {},
+        ),
+        inputs={"args[0]": "x", "args[1]": "memory", "memory_keep": "memory_keep"},
+        failure_hint=hint,
+    )
+
+
+def _cross_cases(thorough: bool) -> Iterator[Case]:
+    yield _cross_case(3, 5, 5, 8, 2, seed=722, lengths=[5, 2, 4])  # L_tgt = L_src
+    yield _cross_case(2, 4, 6, 8, 2, seed=721, lengths=[6, 3])
+    if thorough:
+        yield _cross_case(2, 1, 5, 8, 2, seed=723, lengths=[5, 1])
+        yield _cross_case(2, 3, 7, 12, 3, seed=724)
+        yield _cross_case(4, 4, 3, 8, 2, seed=725, lengths=[3, 1, 2, 3])  # B = L_tgt
+        yield _cross_case(2, 6, 4, 16, 4, seed=726, lengths=[4, 2], dtype=torch.float32)
+
+
+check_cross_attention = runner.register(
+    Exercise(
+        "cross_attention",
+        "Exercise (b) · cross_attention",
+        "cross_attention",
+        "test_cross_attention",
+        "function",
+        "keep the given `def cross_attention(x, memory, attention, memory_keep=None):`",
+        _cross_cases,
+    )
+)
+
+
+# --- (c) the decoder layer -----------------------------------------------------------------------
+
+
+def _reference_layer(D, H, d_ff, p, norm_first, seed, dtype) -> encoder_lib.DecoderLayer:
+    """An ``encoder_lib.DecoderLayer`` in eval mode with every parameter random (no unit gain or
+    zero bias that could hide a swapped or missing parameter)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        ref = encoder_lib.DecoderLayer(D, H, d_ff, p, "relu", norm_first).to(torch.float64)
+    with torch.no_grad():
+        for i, (name, param) in enumerate(ref.named_parameters()):
+            noise = randn(*param.shape, seed=seed * 100 + i)
+            if name.startswith("norm") and name.endswith("weight"):
+                param.copy_(1.0 + 0.3 * noise)
+            elif name.endswith("bias"):
+                param.copy_(0.2 * noise)
+    return ref.to(dtype).eval()
+
+
+@dataclasses.dataclass(frozen=True)
+class _Shape:
+    """One way of writing the decoder layer; the defaults are the right one."""
+
+    norm_first: bool
+    drops: tuple = (_same, _same, _same, _same)
+    """Dropout on the three sub-layers' outputs and on the FFN's hidden units."""
+    at: tuple[str, str, str] = ("out", "out", "out")
+    """Where each sub-layer's dropout sits: its output ("out"), its input ("in"), the residual
+    sum ("sum") or after the norm ("after")."""
+    residual: tuple[bool, bool, bool] = (True, True, True)
+    activation: bool = True
+    form: str = ""
+    """"norm_in_branch": x + norm(sublayer(x)); "normalised_skip": h = norm(x); h + sublayer(h);
+    "stale_query": the cross-attention's queries come from the layer's input."""
+    order: tuple[int, int, int] = (0, 1, 2)
+    keys: str = "memory"
+    """Where the cross-attention's keys and values come from: "memory" or "x"."""
+    norm_memory: bool = False
+    swap_masks: bool = False
+
+
+def _decoder_formula(ref, x, memory, tgt_mask, memory_mask, s: _Shape) -> torch.Tensor:
+    """A decoder layer written out with ``ref``'s sub-modules, in the way ``s`` says."""
+    d1, d2, d3, dh = s.drops
+    self_mask, cross_mask = (memory_mask, tgt_mask) if s.swap_masks else (tgt_mask, memory_mask)
+    start = x
+
+    def self_block(h: torch.Tensor) -> torch.Tensor:
+        return ref.self_attn(h, h, h, self_mask, need_weights=False)[0]
+
+    def cross_block(h: torch.Tensor) -> torch.Tensor:
+        source = memory if s.keys == "memory" else h
+        source = ref.norm2(source) if s.norm_memory else source
+        if s.form == "stale_query":
+            h = ref.norm2(start) if s.norm_first else start
+        return ref.multihead_attn(h, source, source, cross_mask, need_weights=False)[0]
+
+    def ffn(h: torch.Tensor) -> torch.Tensor:
+        hidden = ref.linear1(h)
+        return ref.linear2(dh(ref.activation(hidden) if s.activation else hidden))
+
+    sublayers = ((self_block, ref.norm1, d1), (cross_block, ref.norm2, d2), (ffn, ref.norm3, d3))
+    for i in s.order:
+        sublayer, norm, drop = sublayers[i]
+        skip, at = s.residual[i], s.at[i]
+        if s.form == "norm_in_branch":
+            x = x + norm(drop(sublayer(x)))
+            continue
+        if s.form == "normalised_skip":
+            x = norm(x)
+            x = x + drop(sublayer(x))
+            continue
+        h = norm(x) if s.norm_first else x
+        y = sublayer(drop(h)) if at == "in" else sublayer(h)
+        total = (x if skip else 0) + (drop(y) if at == "out" else y)
+        total = drop(total) if at == "sum" else total
+        x = total if s.norm_first else norm(total)
+        x = drop(x) if at == "after" else x
+    return x
+
+
+_SITES = (
+    "the self-attention's output (self.dropout1)",
+    "the cross-attention's output (self.dropout2)",
+    "the FFN's output (self.dropout3)",
+    "the FFN's hidden units (self.dropout)",
+)
+_WHERE_DROPOUT_GOES = (
+    "apply self.dropout1, self.dropout2 and self.dropout3 to the outputs of the self-attention, "
+    "the cross-attention and the FFN, each before it is added to the residual, and self.dropout "
+    "to the FFN's hidden units (after the activation)"
+)
+_SUBLAYER_NAMES = ("the self-attention", "the cross-attention", "the feed-forward network")
+
+
+def _layer_mistakes(ref, x, memory, tgt_mask, memory_mask, norm_first, train) -> dict[str, Any]:
+    """Description -> the output of that mistake, computed with the reference's sub-modules."""
+    p = ref.dropout.p
+    d = _dropout(p) if train else _same
+    right = _Shape(norm_first, drops=(d, d, d, d))
+    mode = "norm_first=True (pre-norm)" if norm_first else "norm_first=False (post-norm)"
+
+    def f(**changes: Any) -> Callable[[], torch.Tensor]:
+        shape = dataclasses.replace(right, **changes)
+        return lambda: _decoder_formula(ref, x, memory, tgt_mask, memory_mask, shape)
+
+    m: dict[str, Callable[[], torch.Tensor]] = {}
+    if norm_first:
+        m[
+            f"with {mode} it normalises after adding the residual (post-norm): with "
+            "norm_first=True apply norm1, norm2 and norm3 to the input of each sub-layer, "
+            "x = x + sublayer(norm(x)), and leave the residual sum un-normalised. Is norm_first "
+            "ignored?"
+        ] = f(norm_first=False)
+        m[
+            f"with {mode} the residual adds the normalised x: the skip connection must carry "
+            "the un-normalised input, x = x + sublayer(norm(x))."
+        ] = f(form="normalised_skip")
+        m[
+            f"with {mode} it normalises memory too: norm2 belongs to the decoder's stream only. "
+            "The cross-attention reads the encoder's output as it is: "
+            "x = x + multihead_attn(norm2(x), memory, memory, memory_mask)."
+        ] = f(norm_memory=True)
+    else:
+        m[
+            f"with {mode} it normalises the input of each sub-layer (pre-norm): the norm is in "
+            "the wrong place. Post-norm adds the residual first and then normalises, "
+            "x = norm(x + sublayer(x)). Is norm_first ignored?"
+        ] = f(norm_first=True)
+        m[
+            f"with {mode} the norm is inside the residual branch, x + norm(sublayer(x)); "
+            "post-norm normalises the sum: x = norm(x + sublayer(x))."
+        ] = f(form="norm_in_branch")
+    m[
+        "there is no residual (skip) connection: each sub-layer's output must be added to its "
+        "input before (post-norm) or after (pre-norm) the norm."
+    ] = f(residual=(False, False, False))
+    for i, name in enumerate(_SUBLAYER_NAMES):
+        residual = tuple(j != i for j in range(3))
+        m[
+            f"the residual (skip) connection around {name} is missing: add the sub-layer's "
+            "input to its output."
+        ] = f(residual=residual)
+    m[
+        "the FFN has no activation between linear1 and linear2 (two linear maps in a row are one "
+        "linear map): apply self.activation (ReLU) to linear1's output."
+    ] = f(activation=False)
+    m[
+        "the sub-layers run in the wrong order: the cross-attention comes before the "
+        "self-attention. A decoder layer first lets the target positions look at each other "
+        "(masked self-attention), then at the source (cross-attention), then the FFN."
+    ] = f(order=(1, 0, 2))
+    m[
+        "the cross-attention's queries come from the layer's input instead of the output of the "
+        "self-attention sub-layer: each sub-layer works on the result of the one before it "
+        "(keep updating x)."
+    ] = f(form="stale_query")
+    m[
+        "the cross-attention takes its keys and values from the decoder "
+        "(multihead_attn(x, x, x, ...)): they come from the encoder's output, "
+        "self.multihead_attn(x, memory, memory, memory_mask)."
+    ] = f(keys="x")
+    if tgt_mask is not None:
+        m[
+            "the self-attention ignores tgt_mask, so every target position sees the future. "
+            "Pass tgt_mask to self.self_attn (as it is, True = may attend); the check calls "
+            "layer(x, memory, tgt_mask=..., memory_mask=...) by keyword."
+        ] = lambda: _decoder_formula(ref, x, memory, None, memory_mask, right)
+        m[
+            "it inverts tgt_mask: True already means 'may attend', so pass it to self.self_attn "
+            "as it is (no ~)."
+        ] = lambda: _decoder_formula(ref, x, memory, ~tgt_mask, memory_mask, right)
+    if memory_mask is not None:
+        m[
+            "the cross-attention ignores memory_mask, so the source padding leaks into every "
+            "target position. Pass memory_mask to self.multihead_attn; the check calls "
+            "layer(x, memory, tgt_mask=..., memory_mask=...) by keyword."
+        ] = lambda: _decoder_formula(ref, x, memory, tgt_mask, None, right)
+        m[
+            "it inverts memory_mask: True already means 'may attend', so pass it to "
+            "self.multihead_attn as it is (no ~)."
+        ] = lambda: _decoder_formula(ref, x, memory, tgt_mask, ~memory_mask, right)
+    if tgt_mask is not None and memory_mask is not None:
+        m[
+            "the masks are swapped: tgt_mask (causal) belongs to the self-attention and "
+            "memory_mask (source padding) to the cross-attention."
+        ] = f(swap_masks=True)
+    if train:
+        m[
+            f"it applies no dropout in training mode (dropout is missing in training): "
+            f"{_WHERE_DROPOUT_GOES}."
+        ] = f(drops=(_same,) * 4)
+        for i, site in enumerate(_SITES):
+            drops = tuple(_same if j == i else d for j in range(4))
+            m[f"in training mode there is no dropout on {site}: {_WHERE_DROPOUT_GOES}."] = f(
+                drops=drops
+            )
+        wrong = {
+            "in": "to the sub-layer's input instead of its output",
+            "sum": "to the residual sum instead of the sub-layer's output alone",
+            "after": "after the norm instead of to the sub-layer's output",
+        }
+        for at, text in wrong.items():
+            if at == "after" and norm_first:
+                continue
+            for i, where in enumerate(_SUBLAYER_NAMES):
+                places = tuple(at if j == i else "out" for j in range(3))
+                m[
+                    f"dropout is in the wrong place in {where}: it is applied {text}. "
+                    f"{_WHERE_DROPOUT_GOES[0].upper()}{_WHERE_DROPOUT_GOES[1:]}."
+                ] = f(at=places)
+            m[
+                f"dropout is in the wrong place in every sub-layer: it is applied {text}. "
+                f"{_WHERE_DROPOUT_GOES[0].upper()}{_WHERE_DROPOUT_GOES[1:]}."
+            ] = f(at=(at, at, at))
+    else:
+        for i, site in enumerate(_SITES):
+            for q in sorted({p, 0.5} - {0.0}):
+                drops = tuple(_dropout(q) if j == i else _same for j in range(4))
+                m[
+                    f"dropout is still active in eval mode (on {site}, p={q:g}): use the "
+                    "nn.Dropout modules self.dropout1, self.dropout2, self.dropout3 and "
+                    "self.dropout, which "
+                    "model.eval() switches off, not F.dropout(x, p), which drops even in eval "
+                    "mode."
+                ] = f(drops=drops)
+    ref.train(train)
+    try:
+        return _evaluate(m)
+    finally:
+        ref.eval()
+
+
+_LAYER_SPEC = ModuleSpec(
+    keep_init="keep the given __init__ (its sub-modules self_attn, multihead_attn, linear1, "
+    "linear2, norm1, norm2, norm3 have the names of nn.TransformerDecoderLayer)"
+)
+
+
+def _layer_case(
+    D,
+    H,
+    d_ff,
+    p,
+    norm_first,
+    B,
+    L_tgt,
+    L_src,
+    src_lengths,
+    seed,
+    *,
+    tgt_lengths=None,
+    masks=True,
+    train=False,
+    dtype=torch.float64,
+) -> Case:
+    ref = _reference_layer(D, H, d_ff, p, norm_first, seed, dtype)
+    x = randn(B, L_tgt, D, seed=seed + 1).to(dtype)
+    memory = (randn(B, L_src, D, seed=seed + 2) * 1.5).to(dtype)
+    tgt_mask = memory_mask = None
+    if masks:
+        tgt_mask = encoder_lib.causal_mask(L_tgt)  # (L_tgt, L_tgt)
+        if tgt_lengths is not None:
+            tgt_mask = tgt_mask & keep_first(tgt_lengths, L_tgt)  # (B, 1, L_tgt, L_tgt)
+        memory_mask = keep_first(src_lengths, L_src)  # (B, 1, 1, L_src)
+    call = Call(
+        "DecoderLayer",
+        "decoder_layer",
+        (x, memory),
+        {"tgt_mask": tgt_mask, "memory_mask": memory_mask},
+        init=((D, H, d_ff, p), {"norm_first": norm_first}),
+        dtype=dtype,
+        state=ref.state_dict(),
+        train=train,
+        seed=seed,
+    )
+    with reference_mode(), torch.no_grad():
+        expected = ref.train(train)(x, memory, tgt_mask, memory_mask)
+        evaluated = ref.eval()(x, memory, tgt_mask, memory_mask)
+
+    def output(value: Any) -> torch.Tensor | None:
+        return value if isinstance(value, torch.Tensor) and value.shape == x.shape else None
+
+    def future(obs: Observation, ask: Ask) -> str | None:
+        if tgt_mask is None or train or L_tgt < 2 or output(obs.value) is None:
+            return None
+        other = x.clone()
+        other[:, -1] = randn(B, D, seed=seed + 3).to(dtype)
+        changed = output(ask(dataclasses.replace(call, args=(other, memory))).value)
+        if changed is not None and not close(changed[:, :-1], obs.value[:, :-1], 1e-5, 1e-4):
+            return (
+                "the self-attention looks at the future: changing only the last target position "
+                "changed the outputs before it. Pass tgt_mask (as it is) to self.self_attn."
+            )
+        return None
+
+    def source_leak(obs: Observation, ask: Ask) -> str | None:
+        if memory_mask is None or train or bool(memory_mask.all()) or output(obs.value) is None:
+            return None
+        pad = ~keep_first(src_lengths, L_src, extra_axes=0)  # (B, L_src)
+        other = memory.clone()
+        other[pad] = randn(int(pad.sum()), D, seed=seed + 4).to(dtype) * 3.0
+        changed = output(ask(dataclasses.replace(call, args=(x, other))).value)
+        if changed is not None and not close(changed, obs.value, 1e-5, 1e-4):
+            return (
+                "the source padding leaks into the output: changing only the padded positions of "
+                "memory changed it. Pass memory_mask (as it is) to self.multihead_attn."
+            )
+        return None
+
+    def right_in_eval(obs: Observation, ask: Ask) -> str | None:
+        if not train:
+            return None
+        if close(ask(dataclasses.replace(call, train=False)).value, evaluated, 1e-5, 1e-4):
+            return (
+                "it is right in eval mode but not in training mode, so its dropout is missing or "
+                f"in the wrong place: {_WHERE_DROPOUT_GOES}."
+            )
+        return None
+
+    def hint(failure: Failure) -> str | None:
+        text = failure.message
+        if "tuple" in text:
+            return (
+                "self.self_attn and self.multihead_attn return a pair (output, weights): unpack "
+                "it, e.g. `attn, _ = self.self_attn(x, x, x, tgt_mask)`."
+            )
+        if "must broadcast" in text or "must match the size" in text:
+            return (
+                "Check which attention gets which inputs and mask: self.self_attn(x, x, x, "
+                "tgt_mask), scores (B, H, L_tgt, L_tgt); self.multihead_attn(x, memory, memory, "
+                "memory_mask), scores (B, H, L_tgt, L_src): the cross-attention's keys and values "
+                "come from memory."
+            )
+        if "key and value must have shape" in text:
+            return (
+                "The cross-attention's keys and values both come from memory: "
+                "self.multihead_attn(x, memory, memory, memory_mask)."
+            )
+        return None
+
+    flag = f"norm_first={norm_first}"
+    extra = "" if masks else ", no masks"
+    what = (
+        f"DecoderLayer({D}, {H}, {d_ff}, {p}, {flag}) on x {(B, L_tgt, D)} and memory "
+        f"{(B, L_src, D)}{extra}"
+    )
+    what += "" if dtype == torch.float64 else f" ({dtype})"
+    what += " in training mode" if train else ""
+    return Case(
+        call,
+        what,
+        expected=expected,
+        mistakes=lambda: _layer_mistakes(ref, x, memory, tgt_mask, memory_mask, norm_first, train),
+        probes=(future, source_leak, right_in_eval),
+        letters=("(B, L_tgt, D)",),
+        module=_LAYER_SPEC,
+        inputs={"args[0]": "x", "args[1]": "memory", "tgt_mask": "tgt_mask"},
+        failure_hint=hint,
+    )
+
+
+def _layer_gradient_case(seed: int) -> Case:
+    case = _layer_case(8, 2, 16, 0.1, False, 2, 4, 5, [5, 2], seed)
+    ref = _reference_layer(8, 2, 16, 0.1, False, seed, torch.float64)
+    x, memory = (t.clone().requires_grad_() for t in case.call.args)
+    kwargs = case.call.kwargs
+    upstream = randn(2, 4, 8, seed=seed + 5)
+    (ref(x, memory, kwargs["tgt_mask"], kwargs["memory_mask"]) * upstream).sum().backward()
+    grads = {f"parameters.{name}": param.grad for name, param in ref.named_parameters()}
+    case.call = dataclasses.replace(
+        case.call, grad=("args[0]", "args[1]", "parameters"), upstream=(upstream,)
+    )
+    case.what += ", backpropagating"
+    case.grads = {"args[0]": x.grad, "args[1]": memory.grad, **grads}
+    case.grad_names = {name: name.removeprefix("parameters.") for name in grads}
+    return case
+
+
+def _layer_cases(thorough: bool) -> Iterator[Case]:
+    yield _layer_case(16, 4, 32, 0.1, False, 2, 6, 6, [6, 3], seed=741)  # L_tgt = L_src
+    yield _layer_case(16, 4, 32, 0.1, True, 2, 5, 7, [7, 4], seed=742)
+    yield _layer_case(16, 4, 32, 0.1, False, 2, 5, 7, [7, 4], seed=743, train=True)
+    yield _layer_case(16, 4, 32, 0.1, True, 2, 5, 7, [7, 4], seed=742, train=True)
+    if thorough:
+        yield _layer_case(8, 2, 16, 0.1, False, 2, 4, 7, [7, 3], seed=744)
+        yield _layer_case(8, 2, 16, 0.1, True, 2, 6, 6, [6, 3], seed=752)  # L_tgt = L_src
+        yield _layer_case(8, 2, 16, 0.0, False, 1, 1, 1, [1], seed=745)
+        yield _layer_case(12, 3, 24, 0.1, False, 3, 4, 5, [5, 5, 5], seed=746, masks=False)
+        yield _layer_case(12, 3, 24, 0.1, True, 3, 4, 5, [5, 1, 3], seed=747, tgt_lengths=[4, 2, 3])
+        yield _layer_case(8, 2, 16, 0.5, False, 2, 3, 4, [4, 4], seed=748, masks=False, train=True)
+        yield _layer_case(12, 3, 24, 0.3, True, 3, 4, 6, [6, 1, 2], seed=749, train=True)
+        yield _layer_case(16, 4, 32, 0.1, False, 2, 5, 7, [7, 3], seed=750, dtype=torch.float32)
+        yield _layer_gradient_case(seed=751)
+
+
+check_decoder_layer = runner.register(
+    Exercise(
+        "decoder_layer",
+        "Exercise (c) · DecoderLayer",
+        "DecoderLayer",
+        "test_decoder_layer",
+        "class",
+        "keep the given `class DecoderLayer(nn.Module):` and its __init__, and write forward.",
+        _layer_cases,
+    )
+)
+
+
+# --- (d) greedy decoding -------------------------------------------------------------------------
+
+
+def _toy_model(part: Part) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """The stand-in for a trained encoder-decoder: ``model(src, tgt_in)`` returns logits
+    ``(B, L_tgt, V)`` where position t predicts the token after ``tgt_in[:, t]``. It is causal
+    (position t depends on ``tgt_in[:, :t + 1]`` only) and its prediction depends on everything
+    fed so far, so a decoding loop that feeds the wrong history goes wrong. It says ``<end>``
+    at step ``t == n`` for a source of n real tokens, and something else before and after."""
+    o = part.options
+    V, start, end, pad = int(o["vocab"]), int(o["start"]), int(o["end"]), int(o["pad"])
+    symbols = torch.tensor([v for v in range(V) if v not in (start, end, pad)])
+
+    def model(src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
+        for name, ids in (("src", src), ("tgt_in", tgt_in)):
+            if not isinstance(ids, torch.Tensor) or ids.dim() != 2:
+                raise ValueError(f"{name} must be a tensor of token ids (B, L)")
+            if ids.dtype not in (torch.int64, torch.int32):
+                raise TypeError(
+                    f"{name} must hold integer token ids (torch.long), got {ids.dtype}: an "
+                    "embedding table is indexed with integers"
+                )
+        if tgt_in.shape[0] != src.shape[0] or tgt_in.shape[1] < 1:
+            raise ValueError(
+                f"tgt_in must have shape (B, t) with B = {src.shape[0]} and t >= 1 (at least "
+                f"<start>), got {tuple(tgt_in.shape)}"
+            )
+        if int(tgt_in.min()) < 0 or int(tgt_in.max()) >= V:
+            raise IndexError(f"tgt_in holds ids outside [0, {V})")
+        src, tgt_in = src.long(), tgt_in.long()
+        B, L = tgt_in.shape
+        n = (src != pad).sum(dim=1, keepdim=True)  # (B, 1) real source tokens
+        t = torch.arange(L)[None, :]  # (1, L)
+        weights = torch.arange(1, L + 1)[None, :]
+        history = (tgt_in * weights).cumsum(dim=1)  # (B, L): causal
+        back = (n - 1 - t).clamp(min=0) % src.shape[1]  # reading the source backwards
+        choice = (src.gather(1, back) * 3 + history * 7 + t * 5) % len(symbols)
+        tokens = torch.where(t == n, end, symbols[choice])  # (B, L)
+        logits = torch.cos(torch.arange(V, dtype=torch.float64) * 0.7 + t[..., None] * 1.3)
+        logits = logits.expand(B, L, V).clone() * 0.5  # (B, L, V), below 0.5
+        return logits.scatter(2, tokens[..., None], 3.0)
+
+    return model
+
+
+observe.PARTS["decoder.toy_model"] = _toy_model
+
+
+def _decode(model, src, max_len, start, end, pad, mistake: str = "") -> torch.Tensor:
+    """Greedy decoding as written by the reference (``mistake=""``) or with one mistake."""
+    B = src.shape[0]
+    if mistake == "whole":
+        buffer = torch.full((B, max_len), pad)
+        buffer[:, 0] = start
+        tokens = model(src, buffer).argmax(dim=-1)  # (B, max_len) from one call
+        return _pad_after_end(tokens, end, pad)
+    if mistake == "whole_raw":
+        buffer = torch.full((B, max_len), pad)
+        buffer[:, 0] = start
+        return model(src, buffer).argmax(dim=-1)
+    out = torch.full((B, 1), start)
+    chosen: list[torch.Tensor] = []
+    for _ in range(max_len):
+        fed = out[:, -1:] if mistake == "last_only" else out
+        logits = model(src, fed)
+        position = 0 if mistake == "first_position" else -1
+        token = logits[:, position].argmax(dim=-1)  # (B,)
+        chosen.append(token)
+        out = torch.cat([out, token[:, None]], dim=1)
+        if mistake == "stop_at_first" and bool((token == end).any()):
+            break
+    tokens = torch.stack(chosen, dim=1)  # (B, t)
+    tokens = F.pad(tokens, (0, max_len - tokens.shape[1]), value=pad)
+    if mistake == "no_padding":
+        return tokens
+    if mistake == "end_replaced":
+        return tokens.masked_fill((tokens == end).long().cumsum(dim=1) > 0, pad)
+    return _pad_after_end(tokens, end, pad)
+
+
+def _pad_after_end(tokens: torch.Tensor, end: int, pad: int) -> torch.Tensor:
+    """Every place after a sequence's first ``end`` becomes ``pad``."""
+    seen = (tokens == end).long().cumsum(dim=1)  # (B, max_len): ends so far, this one included
+    after = (seen - (tokens == end).long()) > 0
+    return tokens.masked_fill(after, pad)
+
+
+_WHOLE = (
+    "it feeds the whole target at once: one call of the model on a buffer holding <start> and "
+    "padding, with every position's prediction taken from that call. At inference the later "
+    "tokens do not exist yet, so position t would predict from padding instead of the tokens "
+    "chosen before it. Generate one token per call: feed <start> and everything chosen so far, "
+    "take the last position's prediction, append it, repeat."
+)
+
+
+def _decode_mistakes(model, src, max_len, start, end, pad, defaults: bool) -> dict[str, Any]:
+    def with_ids(s: int, e: int, p: int, mistake: str = "") -> torch.Tensor:
+        return _decode(model, src, max_len, s, e, p, mistake)
+
+    m = {
+        _WHOLE: with_ids(start, end, pad, "whole"),
+        _WHOLE + " (Pad the places after <end> too.)": with_ids(start, end, pad, "whole_raw"),
+        "every step predicts the token after <start> again: it reads the first position's "
+        "logits, logits[:, 0], or it never feeds its predictions back. The next token comes "
+        "from the last position, logits[:, -1], of a call on <start> and every token chosen so "
+        "far.": with_ids(start, end, pad, "first_position"),
+        "it feeds the model only the last token chosen: the decoder needs the whole prefix, "
+        "<start> and every token chosen so far (its self-attention looks back at all of "
+        "them).": with_ids(start, end, pad, "last_only"),
+        "the places after <end> are not padding: once a sequence has produced end_id, the rest "
+        "of its row must be pad_id (keep a `finished` flag per sequence).": with_ids(
+            start, end, pad, "no_padding"
+        ),
+        "it replaces <end> itself by padding: keep the end_id token and pad only the places "
+        "after it.": with_ids(start, end, pad, "end_replaced"),
+        "it stops when the first sequence has finished, so the others are cut short: keep "
+        "going until every sequence has produced end_id (or max_len tokens).": with_ids(
+            start, end, pad, "stop_at_first"
+        ),
+    }
+    if not defaults:
+        m[
+            "it ignores start_id, end_id or pad_id and uses the default ids 1, 2 and 0: use the "
+            "arguments, the special tokens do not always have those ids."
+        ] = with_ids(1, 2, 0)
+        if start != 1:
+            m["it starts from 1 instead of start_id: the first input is start_id."] = with_ids(
+                1, end, pad
+            )
+        m["it ignores end_id (or pad_id): use the arguments, not fixed numbers."] = with_ids(
+            start, 2, 0
+        )
+    return m
+
+
+def _decode_case(B, max_len, lengths, seed, ids=(1, 2, 0), V=13) -> Case:
+    start, end, pad = ids
+    options = {"vocab": V, "start": start, "end": end, "pad": pad}
+    part = Part("decoder.toy_model", options=options)
+    model = _toy_model(part)
+    L_src = max(lengths)
+    g = torch.Generator().manual_seed(seed)
+    symbols = torch.tensor([v for v in range(V) if v not in ids])
+    src = symbols[torch.randint(len(symbols), (B, L_src), generator=g)]
+    for b, n in enumerate(lengths):
+        src[b, n:] = pad
+    defaults = ids == (1, 2, 0)
+    kwargs = {} if defaults else {"start_id": start, "end_id": end, "pad_id": pad}
+    call = Call("greedy_decode", "greedy_decode", (part, src, max_len), kwargs)
+    expected = _decode(model, src, max_len, start, end, pad)
+
+    def calls(obs: Observation, ask: Ask) -> str | None:
+        count = obs.info.get("parts", [None])[0]
+        if count == 1 and max_len > 1:
+            return _WHOLE
+        got = obs.value
+        if isinstance(got, torch.Tensor) and bool((got[:, 0] == expected[:, 0]).all()):
+            return (
+                "the first token of every sequence is right but later ones are not: feed each "
+                "prediction back. The input of step t + 1 is <start> followed by every token "
+                "chosen so far, and the next token is the argmax of the last position's logits."
+            )
+        return None
+
+    def hint(failure: Failure) -> str | None:
+        if "has no attribute" in failure.message:
+            return "The check's model is only called, model(src, tgt_in) -> logits (B, L_tgt, V)."
+        if "integer token ids" in failure.message:
+            return (
+                "Build the input from integer ids, e.g. torch.full((B, 1), start_id) (an int fill "
+                "value gives torch.long), and append argmax results, which are integers too."
+            )
+        if "t >= 1" in failure.message:
+            return "The first input is <start> alone: torch.full((B, 1), start_id)."
+        return None
+
+    named = "" if defaults else f", start_id={start}, end_id={end}, pad_id={pad}"
+    return Case(
+        call,
+        f"greedy_decode(model, src of shape {(B, L_src)}, max_len={max_len}{named})",
+        expected=expected,
+        mistakes=lambda: _decode_mistakes(model, src, max_len, start, end, pad, defaults),
+        probes=(calls,),
+        slots=("the output",),
+        letters=("(B, max_len)",),
+        shape_hints=(
+            {
+                (B, max_len + 1): "It returns <start> as well: return only the max_len tokens "
+                "chosen after it.",
+                (B, max_len - 1): "One token short: the loop must choose max_len tokens.",
+            },
+        ),
+        inputs={"args[1]": "src"},
+        failure_hint=hint,
+        messages={
+            "dtype": "{slot} has dtype {got}; token ids are integers (torch.long): argmax gives "
+            "them, and torch.full((B, 1), start_id) starts an integer tensor.",
+            "in_place": "it changed src in place: the caller still needs its source ids.",
+        },
+    )
+
+
+def _decode_cases(thorough: bool) -> Iterator[Case]:
+    yield _decode_case(4, 9, [5, 8, 6, 7], seed=761)
+    yield _decode_case(3, 6, [2, 4, 3], seed=762)  # every sequence ends early
+    if thorough:
+        yield _decode_case(1, 1, [3], seed=763)
+        yield _decode_case(2, 4, [6, 2], seed=764)  # one sequence never ends
+        yield _decode_case(5, 7, [3, 1, 5, 4, 2], seed=765, ids=(4, 7, 3), V=15)
+        yield _decode_case(6, 10, [5, 8, 6, 7, 5, 8], seed=766)
+
+
+check_greedy_decode = runner.register(
+    Exercise(
+        "greedy_decode",
+        "Exercise (d) · greedy_decode",
+        "greedy_decode",
+        "test_greedy_decode",
+        "function",
+        "keep the given `def greedy_decode(model, src, max_len, start_id=1, end_id=2, pad_id=0):`",
+        _decode_cases,
+    )
+)
