@@ -31,8 +31,8 @@ TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 
 TEST_ONLY = {"pytest", "hypothesis", "ruff", "nbval", "playwright", "jupyter-repo2docker"}
 """Top-level requirements only the repository's own tests use."""
-INSTRUCTOR_ONLY = {"dask", "distributed", "tqdm"}
-"""Top-level requirements only grading uses (encoder_lib.autograde)."""
+INSTRUCTOR_ONLY = {"dask", "distributed", "tqdm", "latex2mathml"}
+"""Top-level requirements only grading and feedback use (encoder_lib.autograde)."""
 
 STUDENT_PATHS = (
     ".gitignore",

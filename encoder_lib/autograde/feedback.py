@@ -1,0 +1,111 @@
+"""Feedback pages that work offline and wrap long lines.
+
+``nbgrader generate_feedback`` writes one HTML page per graded notebook. nbgrader's own page
+loads MathJax from a CDN to typeset the maths (so a student reading it offline, or behind a
+firewall, sees raw ``$\\sqrt{d_k}$``) and shows outputs in ``<pre>`` blocks that do not wrap (so
+the end of a long error message is cut off at the edge of its box).
+
+``OfflineFeedbackExporter`` is nbconvert's ``HTMLExporter`` with one step added after it:
+``offline_html`` converts the TeX in markdown cells (and ``text/latex`` outputs) to MathML,
+which every current browser draws by itself, removes the scripts that would be fetched from the
+network, and adds a style sheet that wraps output lines inside the page. Wire it with
+``c.GenerateFeedback.exporter_class`` (see nbgrader_config.py). Nothing here reads files of the
+repository: any machine with encoder_lib, nbconvert and latex2mathml installed can use it.
+"""
+
+from __future__ import annotations
+
+import re
+
+from bs4 import BeautifulSoup, NavigableString
+from latex2mathml.converter import convert
+from nbconvert.exporters import HTMLExporter
+
+__all__ = ["WRAP_CSS", "OfflineFeedbackExporter", "offline_html", "tex_to_mathml"]
+
+# $$display$$, \[display\], \(inline\), $inline$. An inline $ opens before a non-space and closes
+# after one, not before a digit ("costs $5 or $6" is not maths); \$ is a dollar sign.
+_MATH = re.compile(
+    r"(?<!\\)\$\$(?P<d1>.+?)(?<!\\)\$\$"
+    r"|\\\[(?P<d2>.+?)\\\]"
+    r"|\\\((?P<i1>.+?)\\\)"
+    r"|(?<![\\$])\$(?![\s$])(?P<i2>.+?)(?<![\\\s])\$(?!\d)",
+    re.DOTALL,
+)
+# Where maths is typeset: rendered markdown and text/latex outputs. Never inside these tags.
+_MATH_AREAS = ".text_cell_render, .output_latex, .output_markdown"
+_SKIP = {"pre", "code", "script", "style", "math", "textarea"}
+
+WRAP_CSS = """
+/* encoder_lib.autograde.feedback: long output lines wrap inside the page */
+div.output_area, div.output_subarea, div.output_text { min-width: 0; max-width: 100%; }
+div.output_subarea { overflow-x: visible; }
+div.output_area pre, div.output_subarea pre, div.output_text pre {
+  white-space: pre-wrap;
+  overflow-wrap: anywhere;
+  word-break: normal;
+}
+div.input_area { overflow-x: auto; }
+math[display="block"] { display: block; margin: 0.6em 0; overflow-x: auto; }
+"""
+
+
+def tex_to_mathml(tex: str, display: bool) -> str | None:
+    """MathML for ``tex``, or None when it cannot be converted (the TeX is then shown as is)."""
+    try:
+        mathml = convert(tex.strip(), display="block" if display else "inline")
+    except Exception:  # latex2mathml raises many kinds of errors on TeX it does not know
+        return None
+    return None if "<merror" in mathml else mathml
+
+
+def _typeset(text: NavigableString) -> None:
+    """Replace the maths in one text node by MathML elements."""
+    pieces, last = [], 0
+    for match in _MATH.finditer(text):
+        display = match.group("d1") is not None or match.group("d2") is not None
+        tex = next(g for g in match.groupdict().values() if g is not None)
+        mathml = tex_to_mathml(tex, display)
+        if mathml is None:
+            continue
+        pieces += [NavigableString(text[last : match.start()])]
+        pieces += list(BeautifulSoup(mathml, "html.parser").contents)
+        last = match.end()
+    if not pieces:
+        return
+    pieces.append(NavigableString(text[last:]))
+    for piece in pieces:
+        text.insert_before(piece)
+    text.extract()
+
+
+def offline_html(html: str) -> str:
+    """The same page with its maths as MathML, no script fetched from the network, and output
+    lines that wrap."""
+    soup = BeautifulSoup(html, "html.parser")
+    for script in soup.find_all("script"):
+        remote = re.match(r"(https?:)?//", script.get("src", ""))
+        if remote or script.get("type") == "text/x-mathjax-config":
+            script.decompose()
+    for area in soup.select(_MATH_AREAS):
+        texts = [
+            t
+            for t in area.find_all(string=True)
+            if "$" in t or "\\" in t
+            if not any(parent.name in _SKIP for parent in t.parents)
+        ]
+        for text in texts:
+            _typeset(text)
+    style = soup.new_tag("style")
+    style.string = WRAP_CSS
+    (soup.head or soup).append(style)
+    return str(soup)
+
+
+class OfflineFeedbackExporter(HTMLExporter):
+    """nbconvert's HTMLExporter (with nbgrader's feedback template, as nbgrader configures it)
+    followed by ``offline_html``."""
+
+    def from_notebook_node(self, nb, resources=None, **kw):
+        html, resources = super().from_notebook_node(nb, resources, **kw)
+        return offline_html(html), resources

@@ -1,0 +1,80 @@
+"""encoder_lib.autograde.feedback: maths as MathML, no network scripts, wrapping outputs.
+
+The page in a real browser (network blocked) is checked in tests/ui/test_feedback.py.
+"""
+
+from __future__ import annotations
+
+import nbformat
+from bs4 import BeautifulSoup
+
+from encoder_lib.autograde.feedback import (
+    WRAP_CSS,
+    OfflineFeedbackExporter,
+    offline_html,
+    tex_to_mathml,
+)
+
+PAGE = """<html><head>
+<script src="https://cdnjs.cloudflare.com/ajax/libs/mathjax/2.7.7/latest.js?config=TeX"></script>
+<script type="text/x-mathjax-config">MathJax.Hub.Config({});</script>
+<script>var local = 1;</script>
+</head><body>
+<div class="text_cell_render">
+<p>Scale by $\\sqrt{d_k}$, not by \\(\\sqrt{D}\\). It costs \\$5, or $6 for two.</p>
+<p>$$
+\\operatorname{softmax}(x)_i = \\frac{e^{x_i}}{\\sum_j e^{x_j}}
+$$</p>
+<p><code>$not maths$</code> and \\[a &amp; b\\]</p>
+</div>
+<div class="output_subarea output_text"><pre>$output is not markdown$</pre></div>
+</body></html>"""
+
+
+def _soup(html: str) -> BeautifulSoup:
+    return BeautifulSoup(html, "html.parser")
+
+
+def test_maths_becomes_mathml_and_the_rest_stays_text():
+    soup = _soup(offline_html(PAGE))
+    maths = soup.find_all("math")
+    assert [m.get("display") for m in maths] == ["inline", "inline", "block", "block"]
+    assert maths[0].find("msqrt") is not None  # \sqrt{d_k}
+    assert maths[2].find("mfrac") is not None  # the softmax's fraction
+    text = soup.select_one(".text_cell_render").get_text()
+    assert "It costs \\$5, or $6 for two." in text  # a dollar sign and a price are not maths
+    assert "\\sqrt" not in text.replace("\\$", "")
+    assert soup.select_one("code").get_text() == "$not maths$"  # code spans untouched
+    assert soup.select_one("pre").get_text() == "$output is not markdown$"
+
+
+def test_no_script_comes_from_the_network_and_local_ones_stay():
+    soup = _soup(offline_html(PAGE))
+    scripts = soup.find_all("script")
+    assert [s.get_text() for s in scripts] == ["var local = 1;"]
+
+
+def test_outputs_wrap():
+    soup = _soup(offline_html(PAGE))
+    assert WRAP_CSS in soup.head.find_all("style")[-1].get_text()
+    assert "white-space: pre-wrap" in WRAP_CSS and "overflow-wrap: anywhere" in WRAP_CSS
+
+
+def test_unknown_tex_is_left_as_written():
+    assert tex_to_mathml("\\frac{1}{2}", display=False).startswith("<math")
+    assert tex_to_mathml("\\frac{1}{", display=False) is None
+    soup = _soup(offline_html('<div class="text_cell_render"><p>see $\\frac{1}{$ here</p></div>'))
+    assert soup.find("math") is None and "$\\frac{1}{$" in soup.get_text()
+
+
+def test_exporter_typesets_a_notebook():
+    nb = nbformat.v4.new_notebook(
+        cells=[
+            nbformat.v4.new_markdown_cell("The output is $(B, L, D)$ and $$\\hat{x} = x - \\mu$$"),
+            nbformat.v4.new_code_cell("1 + 1"),
+        ]
+    )
+    html, _ = OfflineFeedbackExporter(template_name="classic").from_notebook_node(nb)
+    soup = _soup(html)
+    assert len(soup.select(".text_cell_render math")) == 2
+    assert not [s for s in soup.find_all("script") if "mathjax" in s.get("src", "").lower()]
