@@ -4,6 +4,7 @@ away."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -67,7 +68,7 @@ def test_student_notebooks_are_the_released_ones_with_the_published_repository(e
         setup = "".join(ours["cells"][1]["source"])
         assert f"git+https://github.com/{REPO}@{BRANCH}" in setup
         # Apart from that URL, the notebook is the released one.
-        text = json.dumps(theirs).replace(f"{se.PLACEHOLDER_REPO}@main", f"{REPO}@{BRANCH}")
+        text = se._INSTALL_SOURCE.sub(f"git+https://github.com/{REPO}@{BRANCH}", json.dumps(theirs))
         assert json.loads(text) == ours
     assert not [p for p in edition.rglob("*") if p.is_file() and "OWNER" in p.read_text()]
 
@@ -113,3 +114,14 @@ def test_student_makefile_serves_notebooks_without_instructor_tools(edition):
     assert dry_run.returncode == 0, dry_run.stderr
     assert "--ServerApp.root_dir=notebooks" in dry_run.stdout
     assert f'JUPYTER_CONFIG_PATH="{edition}/binder/jupyter' in dry_run.stdout
+
+
+def test_repository_readme_links_every_notebook_on_colab():
+    """The course map of this repository's README opens each notebook on Colab."""
+    readme = (ROOT / "README.md").read_text()
+    for name in released():
+        path = f"notebooks/{name}/{name}.ipynb"
+        assert re.search(
+            rf"https://colab\.research\.google\.com/github/[\w.-]+/[\w.-]+/blob/[\w.-]+/{path}",
+            readme,
+        ), name

@@ -288,6 +288,9 @@ lab: setup
 \t\t--LabApp.default_url=/lab/tree/{first}/{first}.ipynb $(LAB_ARGS)
 """
 
+_INSTALL_SOURCE = re.compile(r"git\+https://github\.com/[\w.-]+/[\w.-]+@[\w./-]+")
+"""The default of the setup cell's ENCODER_LIB_SOURCE: where Colab installs encoder_lib from."""
+
 STUDENT_GITIGNORE = ".venv/\n__pycache__/\n*.egg-info/\n.ipynb_checkpoints/\n"
 
 
@@ -313,11 +316,10 @@ def build(out: Path, repo: str = PLACEHOLDER_REPO, branch: str = PLACEHOLDER_BRA
     first = released()[0]
     (out / "Makefile").write_text(STUDENT_MAKEFILE.format(index=TORCH_CPU_INDEX, first=first))
     (out / ".gitignore").write_text(STUDENT_GITIGNORE)
-    # The notebooks' Colab install line names the published repository.
-    source = f"github.com/{PLACEHOLDER_REPO}@{PLACEHOLDER_BRANCH}"
+    # The notebooks' Colab install line names the published repository (whatever it named).
     for notebook in (out / "notebooks").rglob("*.ipynb"):
-        text = notebook.read_text()
-        notebook.write_text(text.replace(source, f"github.com/{repo}@{branch}"))
+        text = _INSTALL_SOURCE.sub(f"git+https://github.com/{repo}@{branch}", notebook.read_text())
+        notebook.write_text(text)
     problems = leaks(out)
     if problems:
         sys.exit("the student edition would give answers away:\n" + "\n".join(problems))
