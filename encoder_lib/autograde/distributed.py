@@ -32,6 +32,7 @@ import re
 import shutil
 import sys
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -299,7 +300,7 @@ def grade(
             except MissingEntry:
                 why = f"{a} is not in the gradebook (run nbgrader generate_assignment {a})"
                 summary.failed.update({(s, b): why for s, b in todo if b == a})
-        queue = [(s, a) for s, a in todo if a in specs]
+        queue = deque((s, a) for s, a in todo if a in specs)
         keys = {}
 
         def submit(s: str, a: str):
@@ -317,11 +318,13 @@ def grade(
 
         bar = _progress(len(queue), progress)
         pending = as_completed()
+        window, sized = 8, 0.0
         try:
             while queue or pending.count():
-                window = max(8, 4 * sum(client.nthreads().values()))
+                if time.monotonic() - sized > 5:  # workers may come and go (dask-jobqueue)
+                    window, sized = max(8, 4 * sum(client.nthreads().values())), time.monotonic()
                 while queue and pending.count() < window:
-                    pending.add(submit(*queue.pop(0)))
+                    pending.add(submit(*queue.popleft()))
                 future = next(pending)
                 s, a = keys.pop(future.key)
                 t = time.perf_counter()

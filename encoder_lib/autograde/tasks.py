@@ -335,7 +335,8 @@ def _failure_reason(log: str) -> str:
 
 
 def _cell_troubles(folder: Path, limits: Limits) -> list[str]:
-    """Cells of the autograded notebooks that timed out or ran out of memory."""
+    """Cells of the autograded notebooks that timed out, ran out of memory or lost their kernel
+    (a grader that judges cells outside the kernel may record a dead kernel and go on)."""
     reasons = []
     for path in sorted(folder.glob("*.ipynb")):
         nb = nbformat.read(path, as_version=4)
@@ -351,6 +352,10 @@ def _cell_troubles(folder: Path, limits: Limits) -> list[str]:
                     reasons.append(
                         f"{path.stem}: cell {name} ran out of memory (limit {limits.memory_mb} MiB)"
                     )
+                elif ename == "DeadKernelError" or "kernel died" in (
+                    f"{evalue} {out.get('traceback', '')}".lower()
+                ):
+                    reasons.append(f"{path.stem}: its kernel died in cell {name}")
     return reasons
 
 
