@@ -2,14 +2,16 @@
 
     python bench/bench_notebooks.py [--repeat N] [ASSIGNMENT ...]
 
-Targets (issue 3): each notebook's Run All within 15 s and 1 GB peak on a 2-core laptop. The
-kernel start is timed separately (it is paid once per notebook whatever the notebook does).
-Peak memory is the kernel process's high-water mark of resident memory (VmHWM in /proc).
+Targets: each notebook's Run All within 15 s on a 2-core laptop (issue 3), and its kernel's peak
+memory under 450 MB, the memory mybinder.org guarantees a user (issue 8). The kernel start is
+timed separately (it is paid once per notebook whatever the notebook does). Peak memory is the
+kernel process's high-water mark of resident memory (VmHWM in /proc), in MiB.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -22,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tools.build_course import SOLUTIONS, assignments
 
 TIME_TARGET_S = 15.0
-MEMORY_TARGET_MB = 1024.0
+MEMORY_TARGET_MB = 450.0  # Binder's guaranteed memory per user
 
 
 def _peak_rss_mb(pid: int) -> float:
@@ -55,7 +57,8 @@ def main() -> None:
     args = parser.parse_args()
     names = args.assignments or assignments()
     header = f"{'notebook':<26} {'kernel start s':>14} {'run all s':>10} {'peak MB':>8}"
-    print(header + "  within 15 s / 1 GB")
+    print(f"load average {os.getloadavg()[0]:.2f} (timings are noisy on a shared machine)")
+    print(header + f"  within {TIME_TARGET_S:.0f} s / {MEMORY_TARGET_MB:.0f} MB")
     for name in names:
         runs = [run_once(SOLUTIONS / name / f"{name}.ipynb") for _ in range(args.repeat)]
         start = statistics.median(r[0] for r in runs)
@@ -64,6 +67,7 @@ def main() -> None:
         ok = run_all <= TIME_TARGET_S and peak <= MEMORY_TARGET_MB
         print(f"{name:<26} {start:>14.2f} {run_all:>10.2f} {peak:>8.0f}  {'yes' if ok else 'NO'}")
     print(f"(medians of {args.repeat} runs; peak = largest of the runs)")
+    print(f"load average {os.getloadavg()[0]:.2f} at the end")
 
 
 if __name__ == "__main__":
