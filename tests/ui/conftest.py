@@ -117,33 +117,53 @@ def solution_lab(tmp_path_factory):
     _stop(server)
 
 
-@pytest.fixture(scope="session")
-def student_lab(tmp_path_factory):
-    """What a student gets from `make lab`: the Makefile's own target, run in a scratch copy of
-    the repository's student side (Makefile, binder/, notebooks/), with this environment's .venv
-    (``-o setup``: no install)."""
-    root = tmp_path_factory.mktemp("student-lab")
-    for name in ("Makefile", "requirements.txt", "pyproject.toml"):
-        shutil.copy2(ROOT / name, root)
-    shutil.copytree(ROOT / "binder", root / "binder")
-    shutil.copytree(RELEASE, root / "notebooks")
+def _make_server(target: str, root: Path, served: Path):
+    """Run `make TARGET` (a JupyterLab target of the Makefile) in ``root`` with this
+    environment's .venv (``-o setup``: no install); yield the Lab, stop it afterwards."""
     port, token = _free_port(), secrets.token_hex(16)
     log = root / "server.log"
     venv = Path(sys.executable).parent.parent
     lab_args = " ".join(_common_args(port, token))
     with log.open("w") as out:
         server = subprocess.Popen(
-            ["make", "-o", "setup", "lab", f"VENV={venv}", f"LAB_ARGS={lab_args}"],
+            ["make", "-o", "setup", target, f"VENV={venv}", f"LAB_ARGS={lab_args}"],
             stdout=out,
             stderr=subprocess.STDOUT,
             env=_env(root),
             cwd=root,
             start_new_session=True,
         )
-    lab = Lab(f"http://127.0.0.1:{port}", token, root / "notebooks", log)
+    lab = Lab(f"http://127.0.0.1:{port}", token, served, log)
     _wait_until_up(lab, server)
     yield lab
     _stop(server)
+
+
+def _copy(root: Path, *names: str) -> None:
+    for name in names:
+        source = ROOT / name
+        if source.is_dir():
+            shutil.copytree(source, root / name)
+        else:
+            shutil.copy2(source, root / name)
+
+
+@pytest.fixture(scope="session")
+def student_lab(tmp_path_factory):
+    """What a student gets from `make lab`: the Makefile's own target, run in a scratch copy of
+    the repository's student side (Makefile, binder/, notebooks/)."""
+    root = tmp_path_factory.mktemp("student-lab")
+    _copy(root, "Makefile", "requirements.txt", "pyproject.toml", "binder")
+    shutil.copytree(RELEASE, root / "notebooks")
+    yield from _make_server("lab", root, root / "notebooks")
+
+
+@pytest.fixture(scope="session")
+def instructor_lab(tmp_path_factory):
+    """`make instructor` in a scratch copy of the course directory's configuration."""
+    root = tmp_path_factory.mktemp("instructor-lab")
+    _copy(root, "Makefile", "requirements.txt", "pyproject.toml", "binder", "nbgrader_config.py")
+    yield from _make_server("instructor", root, root)
 
 
 @pytest.fixture(scope="session")

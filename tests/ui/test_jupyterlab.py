@@ -405,3 +405,19 @@ def test_make_lab_opens_the_first_notebook_and_reaches_every_one(student_lab, br
     log = student_lab.log.read_text()
     assert not re.search(r"course directory root is not a subdirectory", log)
     page.close()
+
+
+def test_make_instructor_has_nbgrader_tools(instructor_lab, browser):
+    """`make instructor`: the course directory with the formgrader and the Nbgrader menu."""
+    with urllib.request.urlopen(instructor_lab.address("formgrader")) as response:
+        assert response.status == 200
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(instructor_lab.address("lab?reset"))
+    page.wait_for_function("window.jupyterapp !== undefined", timeout=90_000)
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('.lm-MenuBar-itemLabel')]"
+        ".some(m => m.textContent === 'Nbgrader')",
+        timeout=60_000,
+    )
+    page.close()
+    assert "course directory root is not a subdirectory" not in instructor_lab.log.read_text()
