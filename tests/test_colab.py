@@ -101,6 +101,7 @@ def colab(tmp_path_factory):
         "PIP_CONFIG_FILE": os.devnull,  # no find-links: nothing but the wheel to install from
         "PIP_NO_INDEX": "1",
         "PIP_CONSTRAINT": str(held),
+        "PYTHONPATH": "",  # nothing but the venv: no path to a checkout's encoder_lib
     }
     kernel = {
         "argv": [str(python), "-c", FAKE_COLAB_KERNEL, "-f", "{connection_file}"],
