@@ -179,7 +179,7 @@ _FUTURE = (
 
 
 def _causal_mistakes(ref, x, keep) -> dict[str, Any]:
-    B, L, _ = x.shape
+    L = x.shape[1]
     ones = torch.ones(L, L, dtype=torch.bool)
     causal = ones.tril()
     pad = None if keep is None else keep[:, None, None, :]  # (B, 1, 1, L)
@@ -214,12 +214,6 @@ def _causal_mistakes(ref, x, keep) -> dict[str, Any]:
             "the padding mask has the wrong polarity: keep is True at real tokens (may "
             "attend), so use it as it is, with no ~.": attend(causal & ~pad),
         }
-        if L == B > 1:
-            entries[
-                "keep (B, L) is combined with the (L, L) causal mask as it is: broadcasting "
-                "lines its batch axis up with the queries. Give it the shape (B, 1, 1, L) "
-                "first: keep[:, None, None, :]."
-            ] = attend(causal & keep)
     return _evaluate(entries)
 
 
@@ -353,20 +347,12 @@ def _cross_mistakes(ref, x, memory, keep) -> dict[str, Any]:
             "at, so it masks the columns, memory_keep[:, None, None, :].": attend(
                 x, memory, memory, keep[:, None, :, None]
             ),
-            "memory_keep (B, L_src) is passed as it is: against the scores (B, H, L_tgt, L_src) "
-            "broadcasting lines its batch axis up with the target positions. Reshape it to "
-            "(B, 1, 1, L_src): memory_keep[:, None, None, :].": attend(x, memory, memory, keep),
             "a causal mask is added to the cross-attention: target position i may read every "
             "real source position, before or after i (the whole source sentence is known). "
             "Use only the source padding mask.": attend(
                 x, memory, memory, pad & torch.ones(L_tgt, L_src, dtype=torch.bool).tril()
             ),
         }
-    elif L_tgt > 1 and L_src > 1:
-        entries[
-            "a causal mask is added to the cross-attention: target position i may read every "
-            "source position, before or after i (the whole source sentence is known)."
-        ] = attend(x, memory, memory, torch.ones(L_tgt, L_src, dtype=torch.bool).tril())
     return _evaluate(entries)
 
 
@@ -1003,16 +989,21 @@ def _decode_mistakes(model, src, max_len, start, end, pad, defaults: bool) -> di
     }
     if not defaults:
         m[
-            "it ignores start_id, end_id or pad_id and uses the default ids 1, 2 and 0: use the "
+            "it ignores start_id, end_id and pad_id and uses the default ids 1, 2 and 0: use the "
             "arguments, the special tokens do not always have those ids."
         ] = with_ids(1, 2, 0)
-        if start != 1:
-            m["it starts from 1 instead of start_id: the first input is start_id."] = with_ids(
-                1, end, pad
-            )
-        m["it ignores end_id (or pad_id): use the arguments, not fixed numbers."] = with_ids(
-            start, 2, 0
-        )
+        m[
+            "it ignores start_id: its first input is <start> with the default id 1. Start from "
+            "torch.full((B, 1), start_id)."
+        ] = with_ids(1, end, pad)
+        m[
+            "it ignores end_id: it looks for the default id 2 to know that a sequence has "
+            "finished. Compare with end_id."
+        ] = with_ids(start, 2, pad)
+        m[
+            "it ignores pad_id: the places after <end> hold the default id 0. Fill them with "
+            "pad_id."
+        ] = with_ids(start, end, 0)
     return m
 
 

@@ -9,6 +9,8 @@ cell only.
 
 from __future__ import annotations
 
+import functools
+
 from variants import Variant
 
 CAUSAL, CROSS, LAYER, GREEDY = (
@@ -85,6 +87,61 @@ def _layer_forward(
         + post
         + "        return x\n"
     )
+
+
+def _layer_dropouts(places=("out", "out", "out"), hidden="module") -> str:
+    """A DecoderLayer whose sub-layer i has its dropout at ``places[i]``: "out" (right), "in"
+    (on the sub-layer's input), "sum" (on the residual sum), "after" (after the norm, post-norm
+    only), "none", "eval" (``F.dropout(y, p)``, active in eval mode too) or "eval_default"
+    (``F.dropout(y)``, p = 0.5); ``hidden`` is the FFN's hidden dropout: "module" (right),
+    "none", "eval" or "eval_default"."""
+
+    def wrap(place: str, drop: str, expr: str) -> str:
+        return {
+            "none": expr,
+            "eval": f"F.dropout({expr}, {drop}.p)",
+            "eval_default": f"F.dropout({expr})",
+        }.get(place, f"{drop}({expr})")
+
+    hidden_expr = wrap(
+        hidden if hidden != "module" else "out", "self.dropout", "self.activation(self.linear1(h))"
+    )
+    lines = [
+        "    def forward(self, x, memory, tgt_mask=None, memory_mask=None):",
+        "        def sa(h):",
+        "            return self.self_attn(h, h, h, tgt_mask, need_weights=False)[0]",
+        "",
+        "        def ca(h):",
+        "            return self.multihead_attn(h, memory, memory, memory_mask)[0]",
+        "",
+        "        def ff(h):",
+        f"            return self.linear2({hidden_expr})",
+        "",
+    ]
+    pre, post = [], []
+    names = (
+        ("sa", "self.norm1", "self.dropout1"),
+        ("ca", "self.norm2", "self.dropout2"),
+        ("ff", "self.norm3", "self.dropout3"),
+    )
+    for place, (sub, norm, drop) in zip(places, names, strict=True):
+        d = functools.partial(wrap, place, drop)
+        post.append(
+            {
+                "in": f"x = {norm}(x + {sub}({d('x')}))",
+                "sum": f"x = {norm}({d(f'x + {sub}(x)')})",
+                "after": f"x = {d(f'{norm}(x + {sub}(x))')}",
+            }.get(place, f"x = {norm}(x + {d(f'{sub}(x)')})")
+        )
+        pre.append(
+            {
+                "in": f"x = x + {sub}({d(f'{norm}(x)')})",
+                "sum": f"x = {d(f'x + {sub}({norm}(x))')}",
+            }.get(place, f"x = x + {d(f'{sub}({norm}(x))')}")
+        )
+    lines += ["        if self.norm_first:", *("            " + line for line in pre)]
+    lines += ["        else:", *("            " + line for line in post), "        return x", ""]
+    return _layer("\n".join(lines))
 
 
 _POST = """            x = self.norm1(x + self.sa(x, tgt_mask))
@@ -370,6 +427,24 @@ _CROSS_BUGGY = [
         "taken from memory",
     ),
     Variant(
+        "cross_keys_from_decoder",
+        CROSS,
+        _cross("""    mask = None if memory_keep is None else memory_keep[:, None, None, :]
+    return attention(x, x, memory, mask)
+"""),
+        (T_CROSS,),
+        "the keys are taken from the decoder",
+    ),
+    Variant(
+        "cross_roles_swapped",
+        CROSS,
+        _cross("""    mask = None if memory_keep is None else memory_keep[:, None, None, :]
+    return attention(memory, x, x, mask)  # the source asks, the target answers
+"""),
+        (T_CROSS,),
+        "other way round",
+    ),
+    Variant(
         "cross_ignores_source_mask",
         CROSS,
         _cross("""    return attention(x, memory, memory)
@@ -559,6 +634,30 @@ _LAYER_BUGGY = [
         "around the cross-attention is missing",
     ),
     Variant(
+        "layer_no_residual_around_self_attention",
+        LAYER,
+        _layer_forward(
+            _POST.replace(
+                "x = self.norm1(x + self.sa(x, tgt_mask))", "x = self.norm1(self.sa(x, tgt_mask))"
+            ),
+            _PRE.replace(
+                "x = x + self.sa(self.norm1(x), tgt_mask)", "x = self.sa(self.norm1(x), tgt_mask)"
+            ),
+        ),
+        (T_LAYER,),
+        "around the self-attention is missing",
+    ),
+    Variant(
+        "layer_no_residual_around_ffn",
+        LAYER,
+        _layer_forward(
+            _POST.replace("x = self.norm3(x + self.ff(x))", "x = self.norm3(self.ff(x))"),
+            _PRE.replace("x = x + self.ff(self.norm3(x))", "x = self.ff(self.norm3(x))"),
+        ),
+        (T_LAYER,),
+        "around the feed-forward network is missing",
+    ),
+    Variant(
         "layer_no_activation",
         LAYER,
         _layer(
@@ -668,6 +767,16 @@ _LAYER_BUGGY = [
         ),
         (T_LAYER,),
         "inverts tgt_mask",
+    ),
+    Variant(
+        "layer_inverts_memory_mask",
+        LAYER,
+        _layer_forward(
+            _POST.replace("memory, memory_mask)", "memory, ~memory_mask)"),
+            _PRE.replace("memory, memory_mask)", "memory, ~memory_mask)"),
+        ),
+        (T_LAYER,),
+        "inverts memory_mask",
     ),
     Variant(
         "layer_masks_swallowed_by_kwargs",
@@ -782,6 +891,120 @@ _LAYER_BUGGY = [
         (T_LAYER,),
         "still active in eval mode",
     ),
+    *(
+        Variant(f"layer_dropout_{name}", LAYER, _layer_dropouts(places, hidden), (T_LAYER,), says)
+        for name, places, hidden, says in (
+            ("on_residual_sums", ("sum",) * 3, "module", "applied to the residual sum instead"),
+            (
+                "on_self_attention_input",
+                ("in", "out", "out"),
+                "module",
+                "wrong place in the self-attention: it is applied to the sub-layer's input",
+            ),
+            (
+                "after_cross_attention_norm",
+                ("out", "after", "out"),
+                "module",
+                "wrong place in the cross-attention: it is applied after the norm",
+            ),
+            (
+                "on_ffn_residual_sum",
+                ("out", "out", "sum"),
+                "module",
+                "wrong place in the feed-forward network: it is applied to the residual sum",
+            ),
+            (
+                "on_ffn_input",
+                ("out", "out", "in"),
+                "module",
+                "wrong place in the feed-forward network: it is applied to the sub-layer's input",
+            ),
+            (
+                "missing_on_self_attention",
+                ("none", "out", "out"),
+                "module",
+                "no dropout on the self-attention's output",
+            ),
+            (
+                "missing_on_ffn_output",
+                ("out", "out", "none"),
+                "module",
+                "no dropout on the FFN's output (self.dropout3)",
+            ),
+            (
+                "functional_on_self_attention",
+                ("eval", "out", "out"),
+                "module",
+                "still active in eval mode (on the self-attention's output (self.dropout1), p=0.1)",
+            ),
+            (
+                "functional_on_ffn_output",
+                ("out", "out", "eval"),
+                "module",
+                "still active in eval mode (on the FFN's output (self.dropout3), p=0.1)",
+            ),
+            (
+                "functional_default_on_hidden",
+                ("out", "out", "out"),
+                "eval_default",
+                "still active in eval mode (on the FFN's hidden units (self.dropout), p=0.5)",
+            ),
+            (
+                "on_self_attention_residual_sum",
+                ("sum", "out", "out"),
+                "module",
+                "wrong place in the self-attention: it is applied to the residual sum",
+            ),
+            (
+                "after_self_attention_norm",
+                ("after", "out", "out"),
+                "module",
+                "wrong place in the self-attention: it is applied after the norm",
+            ),
+            (
+                "on_cross_attention_input",
+                ("out", "in", "out"),
+                "module",
+                "wrong place in the cross-attention: it is applied to the sub-layer's input",
+            ),
+            (
+                "on_cross_attention_residual_sum",
+                ("out", "sum", "out"),
+                "module",
+                "wrong place in the cross-attention: it is applied to the residual sum",
+            ),
+            (
+                "after_ffn_norm",
+                ("out", "out", "after"),
+                "module",
+                "wrong place in the feed-forward network: it is applied after the norm",
+            ),
+            (
+                "functional_on_hidden",
+                ("out", "out", "out"),
+                "eval",
+                "still active in eval mode (on the FFN's hidden units (self.dropout), p=0.1)",
+            ),
+            (
+                "functional_default_on_self_attention",
+                ("eval_default", "out", "out"),
+                "module",
+                "still active in eval mode (on the self-attention's output (self.dropout1), p=0.5)",
+            ),
+            (
+                "functional_default_on_cross_attention",
+                ("out", "eval_default", "out"),
+                "module",
+                "(on the cross-attention's output (self.dropout2), p=0.5)",
+            ),
+            (
+                "functional_default_on_ffn_output",
+                ("out", "out", "eval_default"),
+                "module",
+                "still active in eval mode (on the FFN's output (self.dropout3), p=0.5)",
+            ),
+        )
+    ),
     Variant(
         "uses_torch_decoder_layer",
         LAYER,
@@ -821,6 +1044,7 @@ _LAYER_BUGGY = [
 ]
 
 _LAYER_CORRECT = [
+    Variant("layer_written_by_the_generator", LAYER, _layer_dropouts()),
     Variant(
         "layer_functional_dropout",
         LAYER,
@@ -914,6 +1138,16 @@ _GREEDY_BUGGY = [
 """),
         (T_GREEDY,),
         "feeds the whole target at once",
+    ),
+    Variant(
+        "greedy_whole_target_unpadded",
+        GREEDY,
+        _greedy("""    prefix = torch.full((src.shape[0], max_len), pad_id)
+    prefix[:, 0] = start_id
+    return model(src, prefix).argmax(-1)
+"""),
+        (T_GREEDY,),
+        "Pad the places after <end> too",
     ),
     Variant(
         "greedy_reads_the_first_position",
@@ -1022,7 +1256,29 @@ _GREEDY_BUGGY = [
     return out[:, 1:]
 """),
         (T_GREEDY,),
-        "ignores start_id, end_id or pad_id",
+        "ignores start_id, end_id and pad_id",
+    ),
+    *(
+        Variant(
+            f"greedy_hard_coded_{which}",
+            GREEDY,
+            _greedy(f"""    B = src.shape[0]
+    out = torch.full((B, 1), {start})
+    finished = torch.zeros(B, dtype=torch.bool)
+    for _ in range(max_len):
+        token = model(src, out)[:, -1].argmax(dim=-1).masked_fill(finished, {pad})
+        out = torch.cat([out, token[:, None]], dim=1)
+        finished |= token == {end}
+    return out[:, 1:]
+"""),
+            (T_GREEDY,),
+            f"it ignores {which}_id:",
+        )
+        for which, start, end, pad in (
+            ("start", "1", "end_id", "pad_id"),
+            ("end", "start_id", "2", "pad_id"),
+            ("pad", "start_id", "end_id", "0"),
+        )
     ),
     Variant(
         "greedy_returns_start_too",
