@@ -1,64 +1,144 @@
-"""Checks for the sentiment capstone: masked mean pooling (``masked_mean``) and the forward pass of
-the sentence classifier (``SentimentClassifier``).
+"""Notebook 06, the capstone: a sentence classifier trained on a task where word order decides,
+as data for the runner.
 
-Mistakes the checks name:
-
-``check_masked_mean``
-    a plain mean over all L positions (padding included), the mask with reversed polarity (an
-    average over the padding), the sum of the real positions not divided by their number, the
-    sum divided by L, the mean taken over the wrong axis (D instead of the positions), keepdim
-    left on, a mask without its trailing axis (an error, or, when L = D, a mask applied along the
-    features), a changed dtype, ``h`` modified in place, NaN, gradients that do not flow.
-``check_sentiment_classifier``
-    a plain mean over padding, the mask reversed, a sum instead of a mean, the first or the last
-    position taken instead of pooling, no pooling at all (the head applied to every position),
-    softmax or log-softmax applied to the logits, predicted classes returned instead of logits,
-    the encoder not used, gradients that do not reach the encoder (``torch.no_grad()`` or
-    ``.detach()`` in ``forward``) or the head.
+- ``check_masked_mean(masked_mean)``, exercise (a): the mean of ``h`` (B, L, D) over the
+  positions where the boolean ``keep`` (B, L) is True. Named: a plain mean over all L positions
+  (padding included), the sum divided by the padded length L, the sum not divided at all, the
+  mask's polarity reversed, the mean over the features instead of the positions, ``keepdim``
+  left on, a mask without its trailing axis (an error, or silently along the features when
+  L = D), a changed dtype, ``h`` changed in place, no gradient.
+- ``check_train_step(train_step)``, exercise (b): one optimisation step on one mini-batch,
+  returning the loss as a float. Named: ``model.eval()`` left on while training (dropout off),
+  the loss computed on probabilities (softmax, then cross-entropy) or with ``F.nll_loss`` on the
+  logits, the loss summed instead of averaged, ``zero_grad`` forgotten (gradients accumulate),
+  the gradients zeroed between ``backward`` and ``step``, ``loss.backward()`` or
+  ``optimizer.step()`` never called (or the step taken before ``backward``), two steps, the loss
+  returned as a tensor.
+- ``check_sentiment_classifier(SentimentClassifier)``, exercise (c): the forward pass of the
+  classifier whose ``__init__`` is given (embedding, positions, encoder, head). Named: pooling
+  over the padding (a plain mean), the sum divided by the padded length L, a sum, the pooling
+  mask reversed, the first or last position instead of a mean, the encoder run without the
+  padding mask or with it reversed, no positional encoding, the head applied to every position
+  or on the wrong axis (to a mean over the features), softmax or log-softmax on the logits
+  (probabilities instead of logits), predicted classes instead of logits, a forward that switches
+  dropout off in training, gradients that do not reach the encoder.
 
 Design choices:
-- (b) does not depend on (a): while ``check_sentiment_classifier`` runs, a global
-  ``masked_mean`` of the notebook (the one the solution's ``forward`` calls) is replaced by the
-  reference, then restored; a student stuck on (a) can still finish (b).
-- Everything runs in float64 on tiny sizes, with dropout off; the global random state is left
-  untouched (``_core.seeded``).
+- (b) does not depend on (a) or (c): its scenario (``observe.SCENARIOS["capstone.train_step"]``,
+  run in the student's kernel) builds the check's own small classifier, float64, with the
+  weights the check sends, stale gradients already in ``.grad`` (as a previous step leaves them,
+  so a forgotten ``zero_grad`` shows at once) and a plain SGD optimiser; it calls the student's
+  ``train_step`` twice and records, after each call, the value returned, the parameters, and
+  what happened in between: the model's mode during each forward, the backward passes, the
+  optimiser steps and ``zero_grad`` calls, in order. Every comparison happens here, where the
+  same two steps are replayed with ``encoder_lib``. Dropout is deterministic while the student's
+  code runs (``observe.deterministic_dropout``), so a forward in eval mode shows in the values.
+- (c) does not depend on (a): its scenario replaces the notebook's global ``masked_mean`` (the
+  one the solution's ``forward`` calls) by the reference while the forward runs, then puts the
+  student's back.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
+import dataclasses
+import math
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..model import EncoderConfig as _EncoderConfig
-from ..model import SentenceEncoder as _SentenceEncoder
-from ..text import Vocabulary as _Vocabulary
-from . import _core
-from ._core import GradingError
+import encoder_lib
 
-__all__ = ["check_masked_mean", "check_sentiment_classifier"]
+from . import observe, runner
+from .feedback import GradingError
+from .observe import Call, Failure, Observation
+from .runner import Ask, Case, Exercise, ModuleSpec, close, keep_first, randn, reference_mode
 
-_DTYPE = (
-    "{what} has dtype {got}, but h was {expected}: keep h's dtype (convert keep with "
-    ".to(h.dtype), not .float())."
-)
+__all__ = ["check_masked_mean", "check_train_step", "check_sentiment_classifier"]
 
 
-def _reference_masked_mean(h: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
-    """Mean of ``h`` (B, L, D) over the positions where ``keep`` (B, L) is True."""
-    weights = keep.reshape(h.shape[:2]).to(h.dtype)[:, :, None]  # (B, L, 1)
+# --- the reference -------------------------------------------------------------------------------
+
+
+def _masked_mean(h: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """Mean of ``h`` (B, L, D) over the positions where ``keep`` (B, L) is True: (B, D)."""
+    weights = keep.to(h.dtype)[:, :, None]  # (B, L, 1)
     return (h * weights).sum(dim=1) / weights.sum(dim=1)
+
+
+class _Classifier(nn.Module):
+    """The notebook's ``SentimentClassifier``: its given ``__init__`` (the same parameters in the
+    same order) and the solution's ``forward``."""
+
+    def __init__(
+        self,
+        vocab_size: int,
+        pad_id: int,
+        max_len: int,
+        d_model: int = 32,
+        num_heads: int = 4,
+        d_ff: int = 64,
+        num_layers: int = 2,
+        dropout: float = 0.1,
+    ):
+        super().__init__()
+        self.pad_id = pad_id
+        self.embedding = encoder_lib.TokenEmbedding(
+            vocab_size, d_model, padding_idx=pad_id, scale=False
+        )
+        self.positional = encoder_lib.SinusoidalPositionalEncoding(d_model, max_len)
+        layer = encoder_lib.EncoderLayer(d_model, num_heads, d_ff, dropout)
+        self.encoder = encoder_lib.TransformerEncoder(layer, num_layers)
+        self.head = nn.Linear(d_model, 2)
+
+    def hidden(self, token_ids: torch.Tensor, positions: bool = True, mask: str = "right"):
+        """The encoder's output (B, L, D); ``mask``: "right", "none" or "reversed"."""
+        keep = token_ids != self.pad_id  # (B, L)
+        x = self.embedding(token_ids)
+        x = self.positional(x) if positions else x
+        m = {"right": keep[:, None, None, :], "none": None, "reversed": ~keep[:, None, None, :]}
+        return self.encoder(x, m[mask])
+
+    def forward(self, token_ids: torch.Tensor) -> torch.Tensor:
+        keep = token_ids != self.pad_id
+        return self.head(_masked_mean(self.hidden(token_ids), keep))  # (B, 2)
+
+
+def _reference_classifier(sizes: Mapping[str, Any], seed: int, dtype=torch.float64) -> _Classifier:
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = _Classifier(**sizes).to(dtype)
+    g = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():  # a visible head (nn.Linear starts small), norms that are not 1 and 0
+        model.head.weight.mul_(4.0)
+        model.head.bias.copy_(torch.tensor([0.3, -0.2], dtype=dtype))
+        for name, p in model.named_parameters():
+            if ".norm" in name:
+                p.add_(0.3 * torch.randn(p.shape, generator=g, dtype=torch.float64).to(dtype))
+    return model
+
+
+def _token_ids(lengths: list[int], length: int, vocab: int, pad: int, seed: int) -> torch.Tensor:
+    """(B, L) ids: ``lengths[b]`` real tokens (any id but pad) followed by padding."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, vocab - 1, (len(lengths), length), generator=g)
+    ids = ids + (ids >= pad).long()  # skip the pad id
+    keep = keep_first(lengths, length, extra_axes=0)
+    return ids.masked_fill(~keep, pad)
 
 
 # --- (a) masked_mean -----------------------------------------------------------------------------
 
-
-def _keep(lengths: list[int], L: int) -> torch.Tensor:
-    return _core.keep_first(lengths, L, extra_axes=0)  # (B, L), True = real
+_MEAN_DTYPE = (
+    "{slot} has dtype {got}, but h was {expected}: keep h's dtype (convert keep with "
+    ".to(h.dtype), not .float())."
+)
+_MEAN_NO_GRAD = (
+    "{slot} is not connected to h (no torch.no_grad(), .detach() or .item() in masked_mean): "
+    "no gradient would reach the encoder under it, so it could not learn."
+)
 
 
 def _mean_mistakes(h: torch.Tensor, keep: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -74,7 +154,10 @@ def _mean_mistakes(h: torch.Tensor, keep: torch.Tensor) -> dict[str, torch.Tenso
         "it returns the sum of the real positions without dividing by their number (keep.sum "
         "over the positions).": (h * k).sum(dim=1),
         "it divides the sum of the real positions by L, the padded length, instead of by the "
-        "number of real tokens in each sentence.": (h * k).sum(dim=1) / L,
+        "number of real tokens in each sentence: short sentences get small vectors.": (h * k).sum(
+            dim=1
+        )
+        / L,
     }
     if h.shape[0] == 1 and h.shape[1] == h.shape[2]:
         along_d = keep[:, None, :].to(h.dtype)  # what h * keep broadcasts to when L = D
@@ -86,232 +169,692 @@ def _mean_mistakes(h: torch.Tensor, keep: torch.Tensor) -> dict[str, torch.Tenso
     return mistakes
 
 
-def _call_masked_mean(masked_mean: Any, h: torch.Tensor, keep: torch.Tensor) -> Any:
-    what = f"masked_mean(h, keep) with h of shape {tuple(h.shape)}"
-    try:
-        with _core.student_call("masked_mean"):
-            return masked_mean(h, keep)
-    except GradingError as e:
-        cause = e.__cause__
-        if _core._isinstance(cause, RuntimeError) and "must match" in str(cause):
-            raise GradingError(
-                f"{what} raised a shape error ({cause}). keep has shape (B, L) and h has shape "
-                "(B, L, D): broadcasting lines shapes up from the right, so give keep a trailing "
-                "axis first: keep[:, :, None] (or keep.unsqueeze(-1)), shape (B, L, 1)."
-            ) from e
-        raise
-
-
-def _check_mean_case(masked_mean: Any, B: int, L: int, D: int, keep: torch.Tensor, seed: int):
-    h = _core.randn(B, L, D, seed=seed)
-    h[~keep] += 5.0  # padding positions far from the real ones, so a leak shows
-    expected = _reference_masked_mean(h, keep)
-    mistakes = _mean_mistakes(h, keep)
-    h_in, keep_in = h.clone(), keep.clone()
-    what = f"masked_mean(h, keep) with h of shape (B, L, D) = {(B, L, D)}"
-    out = _call_masked_mean(masked_mean, h_in, keep_in)
-    if not torch.equal(h_in, h) or not torch.equal(keep_in, keep):
-        raise GradingError(
-            f"{what} modified its input in place (h[~keep] = 0, h.mul_(...)...). Build a new "
-            "tensor instead: h * keep[:, :, None] leaves h unchanged."
-        )
-    _core.expect_tensor(out, what)
-    shape = tuple(out.shape)
-    if shape != (B, D):
-        if shape == (B, L) and L != D:
-            raise GradingError(
-                f"{what} has shape {shape} = (B, L): it averaged over the last axis (the D "
-                "features) instead of over the positions. Sum and count over dim=1."
-            )
-        if shape == (B, 1, D):
-            raise GradingError(
-                f"{what} has shape {shape}: drop keepdim=True from the sum over the positions "
-                "(the result is one D-vector per sentence, (B, D)); keep it only for the count "
-                "if you need it to broadcast."
-            )
-    if shape == (B, D):
-        _core.expect_dtype(out, h.dtype, what, _DTYPE)
-    _core.expect_close(out, expected, what, mistakes)
-    return h, keep
-
-
-@_core.guarded
-def check_masked_mean(masked_mean: Any, thorough: bool = False) -> None:
-    """``masked_mean(h, keep)``: the mean of ``h`` (B, L, D) over the positions where the boolean
-    ``keep`` (B, L) is True, shape (B, D)."""
-    cases = [(3, 5, 4, _keep([4, 2, 3], 5))]  # all sizes distinct, every row padded
-    if thorough:
-        cases += [
-            (2, 6, 3, _keep([6, 1], 6)),  # one row without padding, one with a single token
-            (1, 1, 5, _keep([1], 1)),  # B = L = 1
-            (1, 4, 4, _keep([2], 4)),  # L = D: a missing trailing axis broadcasts silently
-            (2, 5, 3, torch.tensor([[True, False, True, False, True], [False, True] * 2 + [True]])),
-        ]
-    for i, (B, L, D, keep) in enumerate(cases):
-        _check_mean_case(masked_mean, B, L, D, keep, seed=10 * i + 1)
-    if thorough:
-        keep = _keep([3, 1], 4)
-        h = _core.randn(2, 4, 3, seed=99).requires_grad_()
-        out = _call_masked_mean(masked_mean, h, keep)
-        what = "masked_mean's gradient"
-        if not _core._isinstance(out, torch.Tensor) or not out.requires_grad:
-            raise GradingError(
-                f"{what}: the output is not connected to h (no torch.no_grad(), .detach() or "
-                ".item() in masked_mean): the encoder under it could not learn."
-            )
-        (grad,) = torch.autograd.grad(out.sum(), h)
-        expected = keep[:, :, None].double() / keep.sum(dim=1)[:, None, None]
-        expected = expected.expand_as(h)
-        _core.expect_close(
-            grad,
-            expected,
-            what + " with respect to h",
-            {
-                "padding positions receive gradient: they must not take part.": torch.full_like(
-                    h, 0.25
-                )
-            },
-        )
-
-
-# --- (b) SentimentClassifier.forward -------------------------------------------------------------
-
-_SENTENCES = ("good film .", "a very bad film", "good", "the film was not very good")
-
-
-def _small_encoder(seed: int, L: int) -> _SentenceEncoder:
-    vocab = _Vocabulary.from_sentences(_SENTENCES)
-    config = _EncoderConfig(
-        d_model=8, num_heads=2, d_ff=16, num_layers=1, dropout=0.0, max_sequence_length=L
+def _trailing_axis_hint(failure: Failure) -> str | None:
+    if "must match" not in failure.message:
+        return None
+    return (
+        "keep has shape (B, L) and h has shape (B, L, D): broadcasting lines shapes up from the "
+        "right, so give keep a trailing axis first: keep[:, :, None] (or keep.unsqueeze(-1)), "
+        "shape (B, L, 1)."
     )
-    with _core.seeded(seed):
-        encoder = _SentenceEncoder(vocab, config)
-    return encoder.double().eval()
 
 
-@contextlib.contextmanager
-def _reference_pooling(cls: Any) -> Iterator[None]:
-    """Replace the notebook's global ``masked_mean`` by the reference while ``cls.forward`` runs,
-    so that a mistake in exercise (a) does not cost the points of exercise (b)."""
-    forward = getattr(cls, "forward", None)
-    namespace = getattr(forward, "__globals__", None)
-    if not _core._isinstance(namespace, dict) or "masked_mean" not in namespace:
-        yield
+def _mean_case(h: torch.Tensor, keep: torch.Tensor, gradient: bool = False) -> Case:
+    B, L, D = h.shape
+    h = h.clone()
+    h[~keep] += 5.0  # padding far from the real positions, so that a leak shows
+    dtype = "" if h.dtype == torch.float64 else f" ({h.dtype})"
+    what = f"masked_mean(h, keep) with h of shape (B, L, D) = {(B, L, D)}{dtype}"
+    extra: dict[str, Any] = {}
+    call = Call("masked_mean", "masked_mean", (h, keep))
+    if gradient:
+        upstream = randn(B, D, seed=97).to(h.dtype)
+        leaf = h.clone().requires_grad_()
+        (_masked_mean(leaf, keep) * upstream).sum().backward()
+        extra = {"grads": {"args[0]": leaf.grad}}
+        call = dataclasses.replace(call, grad=("args[0]",), upstream=(upstream,))
+        what += ", backpropagating"
+    return Case(
+        call,
+        what,
+        expected=_masked_mean(h, keep),
+        mistakes=lambda: _mean_mistakes(h, keep),
+        letters=("(B, D)",),
+        shape_hints=(
+            {
+                (B, L): "That is (B, L): it averaged over the last axis (the D features) instead "
+                "of over the positions. Sum and count over dim=1.",
+                (B, 1, D): "Drop keepdim=True from the sum over the positions (the result is one "
+                "D-vector per sentence, (B, D)); keep it only for the count if you need it to "
+                "broadcast.",
+            },
+        ),
+        inputs={"args[0]": "h", "args[1]": "keep"},
+        failure_hint=_trailing_axis_hint,
+        messages={"dtype": _MEAN_DTYPE, "no_grad": _MEAN_NO_GRAD},
+        grad_names={"args[0]": "h"},
+        **extra,
+    )
+
+
+def _mean_cases(thorough: bool) -> Iterator[Case]:
+    yield _mean_case(randn(3, 5, 4, seed=1), keep_first([4, 2, 3], 5, extra_axes=0))
+    if not thorough:
         return
+    yield _mean_case(randn(2, 6, 3, seed=11), keep_first([6, 1], 6, extra_axes=0))
+    yield _mean_case(randn(1, 1, 5, seed=21), keep_first([1], 1, extra_axes=0))
+    yield _mean_case(randn(1, 4, 4, seed=31), keep_first([2], 4, extra_axes=0))  # L = D
+    scattered = torch.tensor([[True, False, True, False, True], [False, True, False, True, True]])
+    yield _mean_case(randn(2, 5, 3, seed=41), scattered)
+    yield _mean_case(
+        randn(2, 5, 6, seed=51, dtype=torch.float32), keep_first([5, 3], 5, extra_axes=0)
+    )
+    yield _mean_case(randn(2, 4, 3, seed=61), keep_first([3, 1], 4, extra_axes=0), gradient=True)
+
+
+check_masked_mean = runner.register(
+    Exercise(
+        "masked_mean",
+        "Exercise (a) · masked_mean",
+        "masked_mean",
+        "test_masked_mean",
+        "function",
+        "keep the given `def masked_mean(h, keep):`",
+        _mean_cases,
+    )
+)
+
+
+# --- (b) train_step: the scenario, in the student's kernel ---------------------------------------
+
+_STEP = "capstone.train_step"
+
+
+class _Log:
+    """What happens to the model and the optimiser while ``train_step`` runs."""
+
+    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer):
+        self.events: list[str] = []
+        self.modes: list[bool] = []
+        model.register_forward_pre_hook(self._forward)
+        model.head.bias.register_post_accumulate_grad_hook(self._backward)
+        optimizer.register_step_post_hook(self._step)
+        for owner in (model, optimizer):
+            original = owner.zero_grad
+            object.__setattr__(owner, "zero_grad", self._counted(original))
+
+    def _forward(self, module: nn.Module, args: Any) -> None:
+        self.events.append("forward")
+        self.modes.append(module.training)
+
+    def _backward(self, parameter: torch.Tensor) -> None:
+        self.events.append("backward")
+
+    def _step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        self.events.append("step")
+
+    def _counted(self, zero_grad: Callable[..., Any]) -> Callable[..., Any]:
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            self.events.append("zero_grad")
+            return zero_grad(*args, **kwargs)
+
+        return counted
+
+    def take(self) -> dict[str, Any]:
+        facts = {"events": list(self.events), "modes": list(self.modes)}
+        self.events.clear()
+        self.modes.clear()
+        return facts
+
+
+def _run_train_step(lookup: Callable[[str], Any], call: Call) -> Observation:
+    """Build the check's model and optimiser, call the student's ``train_step`` on each batch;
+    record, after each call, the value returned, the parameters and what happened."""
+    target = observe._lookup_target(lookup, call.target)
+    obs = Observation(info={"target": observe.kind_of(target)})
+    if not callable(target) or isinstance(target, type):
+        return obs
+    options = call.options
+    with torch.random.fork_rng(devices=[]):
+        model = _Classifier(**options["sizes"]).to(torch.float64)
+    model.load_state_dict(options["state"])
+    for name, p in model.named_parameters():
+        p.grad = options["stale"][name].clone()
+    model.train(call.train)
+    optimizer = torch.optim.SGD(model.parameters(), lr=options["lr"])
+    log = _Log(model, optimizer)
+    steps: list[dict[str, Any]] = []
+    with observe.student_mode(call.exercise, call.seed) as seen:
+        try:
+            for ids, labels in options["batches"]:
+                value = target(model, optimizer, ids.clone(), labels.clone())
+                value, facts = observe.export_value(value)
+                steps.append(
+                    {
+                        "value": value,
+                        "tensors": facts,
+                        "parameters": {n: p.detach().clone() for n, p in model.named_parameters()},
+                        **log.take(),
+                    }
+                )
+        except Exception as error:  # anything the student's code raised is observed, not raised
+            obs.failure = observe._failure(error, "call", seen)
+        if seen and obs.failure is None:
+            obs.failure = Failure("forbidden", seen[0], "", "call")
+    obs.info["steps"] = steps
+    return obs
+
+
+observe.SCENARIOS[_STEP] = _run_train_step
+
+
+# --- (b) train_step: judging what the scenario saw -----------------------------------------------
+
+_SIZES = {
+    "vocab_size": 10,
+    "pad_id": 0,
+    "max_len": 8,
+    "d_model": 8,
+    "num_heads": 2,
+    "d_ff": 16,
+    "num_layers": 1,
+    "dropout": 0.25,
+}
+_LR = 0.1
+
+
+@dataclasses.dataclass
+class _StepSetup:
+    """One train_step case: the model's weights and stale gradients, the batches, the mode the
+    model is handed in; and the reference's replay of the two steps."""
+
+    seed: int
+    train: bool
+    batches: list[tuple[torch.Tensor, torch.Tensor]]
+
+    def __post_init__(self) -> None:
+        self.model = _reference_classifier(_SIZES, self.seed)
+        self.state = {k: v.clone() for k, v in self.model.state_dict().items()}
+        self.stale = {
+            name: randn(*p.shape, seed=self.seed + 7 + i) * 0.5
+            for i, (name, p) in enumerate(self.model.named_parameters())
+        }
+
+    def call(self) -> Call:
+        return Call(
+            "train_step",
+            "train_step",
+            train=self.train,
+            scenario=_STEP,
+            options={
+                "sizes": _SIZES,
+                "state": self.state,
+                "stale": self.stale,
+                "lr": _LR,
+                "batches": self.batches,
+            },
+            seed=self.seed,
+        )
+
+    def fresh(self, state: Mapping[str, torch.Tensor]) -> _Classifier:
+        model = _reference_classifier(_SIZES, self.seed)
+        model.load_state_dict(state)
+        return model
+
+    def logits(self, state: Mapping[str, torch.Tensor], ids: torch.Tensor, train: bool = True):
+        model = self.fresh(state).train(train)
+        with reference_mode(), torch.no_grad():
+            return model(ids)
+
+    def update(
+        self,
+        state: Mapping[str, torch.Tensor],
+        ids: torch.Tensor,
+        labels: torch.Tensor,
+        grads: Mapping[str, torch.Tensor] | None = None,
+    ) -> tuple[float, dict[str, torch.Tensor]]:
+        """One right step from ``state``: (loss, parameters after). With ``grads`` (what .grad
+        held before), the step that forgets to clear them."""
+        model = self.fresh(state).train()
+        optimizer = torch.optim.SGD(model.parameters(), lr=_LR)
+        with reference_mode():
+            loss = F.cross_entropy(model(ids), labels)
+        loss.backward()
+        if grads is not None:  # no zero_grad: the old gradients are still there
+            for n, p in model.named_parameters():
+                p.grad = p.grad + grads[n]
+        optimizer.step()
+        return loss.item(), _parameters(model)
+
+
+def _parameters(model: nn.Module) -> dict[str, torch.Tensor]:
+    return {n: p.detach().clone() for n, p in model.named_parameters()}
+
+
+def _same_parameters(got: Mapping[str, Any], want: Mapping[str, torch.Tensor]) -> bool:
+    return set(got) == set(want) and all(close(got[n], want[n], 1e-9, 1e-7) for n in want)
+
+
+_EVAL_MODE = (
+    "model.eval() is left on while training: the forward ran in evaluation mode, so dropout was "
+    "off. Call model.train() at the start of train_step (the evaluation after each epoch leaves "
+    "the model in eval mode, and dropout must be on for every training step)."
+)
+_PROBABILITIES = (
+    "the loss is computed on probabilities instead of logits: F.cross_entropy applies "
+    "log_softmax itself, so softmax followed by F.cross_entropy squashes the gradients and "
+    "stalls learning. Pass the raw logits: F.cross_entropy(model(token_ids), labels)."
+)
+
+
+def _loss_mistakes(s: _StepSetup, state, ids, labels, value: float) -> str | None:
+    """The named mistake whose loss equals ``value``, or None."""
+    train_logits, eval_logits = s.logits(state, ids), s.logits(state, ids, train=False)
+    candidates = [
+        (_EVAL_MODE, F.cross_entropy(eval_logits, labels)),
+        (_PROBABILITIES, F.cross_entropy(F.softmax(train_logits, dim=-1), labels)),
+        (
+            _EVAL_MODE + " The loss is also computed on probabilities instead of logits: pass "
+            "the raw logits to F.cross_entropy, which applies log_softmax itself.",
+            F.cross_entropy(F.softmax(eval_logits, dim=-1), labels),
+        ),
+        (
+            "F.nll_loss is applied to the logits: it expects log-probabilities. Use "
+            "F.cross_entropy(logits, labels), which is log_softmax followed by nll_loss.",
+            F.nll_loss(train_logits, labels),
+        ),
+        (
+            "the loss is summed over the batch instead of averaged (reduction='sum'): its size, "
+            "and the size of every step, would grow with the batch. Use the default mean.",
+            F.cross_entropy(train_logits, labels, reduction="sum"),
+        ),
+    ]
+    for description, loss in candidates:
+        if math.isclose(value, float(loss), rel_tol=1e-7, abs_tol=1e-9):
+            return description
+    return None
+
+
+def _judge_train_step(s: _StepSetup, obs: Observation, ask: Ask) -> None:
+    steps: list[dict[str, Any]] = obs.info.get("steps", [])
+    if len(steps) != len(s.batches):
+        raise GradingError("the grader got no record of the steps: run train_step's cell again.")
+    state = s.state
+    grads: dict[str, torch.Tensor] | None = s.stale
+    for i, (step, (ids, labels)) in enumerate(zip(steps, s.batches, strict=True)):
+        which = "" if i == 0 else " (on the second call)"
+        value = step["value"]
+        if isinstance(value, torch.Tensor):
+            raise GradingError(
+                f"it returns the loss as a tensor{which}: return loss.item(), a Python float. A "
+                "tensor that still requires grad keeps the whole graph of its batch alive, and "
+                "the training loop stores one per step for the curves."
+            )
+        if value is None:
+            raise GradingError(
+                f"it returns nothing (None){which}: return the loss of the batch as a Python "
+                "float, loss.item(); the training loop shows it and keeps it for the curves."
+            )
+        if type(value) is not float:
+            raise GradingError(
+                f"it returns {runner._describe(value)}{which}: return the loss of the batch as a "
+                "Python float, loss.item()."
+            )
+        loss, after = s.update(state, ids, labels)
+        events, modes = step.get("events", []), step.get("modes", [])
+        if not math.isclose(value, loss, rel_tol=1e-7, abs_tol=1e-9):
+            named = _loss_mistakes(s, state, ids, labels, value)
+            if named:
+                raise GradingError(named + which)
+            if modes and not any(modes):
+                raise GradingError(_EVAL_MODE + which)
+            if "forward" not in events and not modes:
+                raise GradingError(
+                    f"the loss it returns{which} is {value:.6g}, not the cross-entropy of "
+                    "model(token_ids) against labels: call the model on the batch and return "
+                    "F.cross_entropy(logits, labels).item()."
+                )
+            raise GradingError(
+                f"the loss it returns{which} is {value:.6g}, but F.cross_entropy(logits, labels) "
+                f"with logits = model(token_ids) in training mode is {loss:.6g}."
+            )
+        got = step.get("parameters", {})
+        if not _same_parameters(got, after):
+            problem = _parameter_problem(s, state, ids, labels, grads, got, events)
+            raise GradingError(problem + which)
+        state, grads = after, None
+
+
+def _parameter_problem(s, state, ids, labels, grads, got, events) -> str:
+    """What went wrong with the update when the loss was right."""
+    unchanged = _same_parameters(got, state)
+    backward = [i for i, e in enumerate(events) if e == "backward"]
+    step = [i for i, e in enumerate(events) if e == "step"]
+    zero = [i for i, e in enumerate(events) if e == "zero_grad"]
+    if grads is not None and _same_parameters(got, s.update(state, ids, labels, grads)[1]):
+        if zero and step and zero[0] > step[-1]:
+            return (
+                "optimizer.zero_grad() is called after optimizer.step(): this step still used "
+                "the gradients left in .grad by whatever ran before it (an earlier step, a "
+                "check, an experiment), added to its own. Call optimizer.zero_grad() first, "
+                "before loss.backward()."
+            )
+        return (
+            "optimizer.zero_grad() is never called: the gradients of the previous step are "
+            "still in .grad, and loss.backward() adds to them, so every step uses a sum of old "
+            "and new gradients. Call optimizer.zero_grad() before loss.backward()."
+        )
+    if unchanged and not backward:
+        return (
+            "loss.backward() is never called: no gradient is computed, so optimizer.step() has "
+            "nothing to apply and the parameters do not move. Call loss.backward() between "
+            "optimizer.zero_grad() and optimizer.step()."
+        )
+    if unchanged and not step:
+        return (
+            "optimizer.step() is never called: the gradients are computed but the parameters "
+            "never move. Call optimizer.step() after loss.backward()."
+        )
+    if backward and step and step[0] < backward[0]:
+        return (
+            "optimizer.step() is called before loss.backward(): the step uses gradients that "
+            "are not there yet (or stale ones). The order is zero_grad, forward, loss, "
+            "backward, step."
+        )
+    if unchanged:
+        return (
+            "the gradients are zeroed between loss.backward() and optimizer.step(), so the step "
+            "has nothing to apply and the parameters do not move. Call optimizer.zero_grad() "
+            "first, before the forward pass or before loss.backward()."
+        )
+    if len(step) > 1:
+        return (
+            f"optimizer.step() is called {len(step)} times: one training step updates the "
+            "parameters once."
+        )
+    after = s.update(state, ids, labels)[1]
+    name = next(n for n in after if not close(got.get(n), after[n], 1e-9, 1e-7))
+    return runner.mismatch(
+        f"after the step, the parameter {name}", got.get(name), after[name], 1e-9, 1e-7
+    )
+
+
+def _batch(lengths: list[int], length: int, labels: list[int], seed: int):
+    ids = _token_ids(lengths, length, _SIZES["vocab_size"], _SIZES["pad_id"], seed)
+    return ids, torch.tensor(labels)
+
+
+def _step_case(seed: int, train: bool) -> Case:
+    batches = [
+        _batch([6, 3, 5, 2], 6, [1, 0, 0, 1], seed + 1),
+        _batch([4, 6, 1, 5], 6, [0, 1, 1, 0], seed + 2),
+    ]
+    s = _StepSetup(seed, train, batches)
+    mode = "train" if train else "eval"
+    case = Case(
+        s.call(),
+        f"train_step(model, optimizer, token_ids, labels) twice, on batches of shape (4, 6), "
+        f"the model handed over in {mode} mode with gradients left in .grad",
+        expected=None,
+        failure_hint=_step_hint,
+    )
+    case.judge = lambda obs, ask: _judge_train_step(s, obs, ask)
+    return case
+
+
+def _step_hint(failure: Failure) -> str | None:
+    if "does not require grad" in failure.message:
+        return (
+            "The loss has no graph to backpropagate through: do not run the forward pass under "
+            "torch.no_grad() or detach the logits in train_step."
+        )
+    if "expected scalar type Long" in failure.message or "Long" in failure.message:
+        return "F.cross_entropy takes the logits first and the integer labels second."
+    return None
+
+
+def _step_cases(thorough: bool) -> Iterator[Case]:
+    yield _step_case(300, train=False)
+    if thorough:
+        yield _step_case(310, train=True)
+        yield _step_case(320, train=False)
+
+
+check_train_step = runner.register(
+    Exercise(
+        "train_step",
+        "Exercise (b) · train_step",
+        "train_step",
+        "test_train_step",
+        "function",
+        "keep the given `def train_step(model, optimizer, token_ids, labels):`",
+        _step_cases,
+    )
+)
+
+
+# --- (c) SentimentClassifier.forward: the scenario, in the student's kernel ----------------------
+
+_POOLING = "capstone.reference_pooling"
+
+
+def _run_with_reference_pooling(lookup: Callable[[str], Any], call: Call) -> Observation:
+    """The generic call, with the notebook's ``masked_mean`` replaced by the reference while it
+    runs, so that a mistake in exercise (a) does not cost the points of exercise (c)."""
+    target = observe._lookup_target(lookup, call.target)
+    namespace = getattr(getattr(target, "forward", None), "__globals__", None)
+    if not isinstance(namespace, dict) or "masked_mean" not in namespace:
+        return observe._run_call(lookup, call)
     saved = namespace["masked_mean"]
-    namespace["masked_mean"] = _reference_masked_mean
+    namespace["masked_mean"] = _masked_mean
     try:
-        yield
+        return observe._run_call(lookup, call)
     finally:
         namespace["masked_mean"] = saved
 
 
-def _build_classifier(cls: Any, encoder: nn.Module, seed: int) -> nn.Module:
-    with _core.student_call("SentimentClassifier(encoder)"), _core.seeded(seed):
-        model = cls(encoder)
-    if not _core._isinstance(model, nn.Module):
-        raise GradingError(
-            "SentimentClassifier(encoder) should build an nn.Module: keep the given class and "
-            "its __init__."
-        )
-    head = getattr(model, "head", None)
-    if getattr(model, "encoder", None) is not encoder or _core._type(head) is not nn.Linear:
-        raise GradingError(
-            "SentimentClassifier(encoder) should keep the given __init__: self.encoder (the "
-            "encoder passed in) and self.head (an nn.Linear from D to 2)."
-        )
-    model = model.double().eval()
-    with torch.no_grad():
-        head.weight.copy_(_core.randn(*head.weight.shape, seed=seed + 1))
-        head.bias.copy_(_core.randn(*head.bias.shape, seed=seed + 2))
-    return model
+observe.SCENARIOS[_POOLING] = _run_with_reference_pooling
 
 
-def _classifier_mistakes(
-    h: torch.Tensor, keep: torch.Tensor, head: nn.Module, logits: torch.Tensor
-) -> dict[str, torch.Tensor]:
-    k = keep[:, :, None].to(h.dtype)
-    pad = 1 - k
-    with torch.no_grad():
-        return {
-            "the pooling averages the padding positions too (a plain mean over dim 1): pool with "
-            "masked_mean(h, keep), keep = token_ids != self.pad_id.": head(h.mean(dim=1)),
-            "the pooling averages the padding instead of the real tokens: the mask polarity is "
-            "reversed (keep must be True where token_ids != self.pad_id).": head(
-                (h * pad).sum(dim=1) / pad.sum(dim=1)
-            ),
-            "it sums the real positions instead of averaging them (use masked_mean).": head(
-                (h * k).sum(dim=1)
-            ),
-            "it classifies the first position (<start>) only: average all the real positions "
-            "with masked_mean.": head(h[:, 0]),
-            "it classifies the last position, which is padding: average the real positions with "
-            "masked_mean.": head(h[:, -1]),
-            "softmax is applied: return the raw logits. F.cross_entropy applies log-softmax "
-            "itself, and argmax gives the same prediction on logits.": F.softmax(logits, dim=-1),
-            "log_softmax is applied: return the raw logits (the head's output). F.cross_entropy "
-            "applies log-softmax itself.": F.log_softmax(logits, dim=-1),
+# --- (c) SentimentClassifier.forward: the cases --------------------------------------------------
+
+_CLASSIFIER_DTYPE = (
+    "{slot} has dtype {got}, but the model is {expected}: keep the model's dtype (no .float() or "
+    ".double(), no new tensors made with a fixed dtype)."
+)
+
+
+def _classifier_mistakes(model: _Classifier, ids: torch.Tensor, train: bool):
+    def mistakes() -> dict[str, torch.Tensor]:
+        keep = ids != model.pad_id
+        k = keep[:, :, None].to(model.head.weight.dtype)
+        L = ids.shape[1]
+        head = model.head
+        with reference_mode(), torch.no_grad():
+            h = model.hidden(ids)
+            logits = head(_masked_mean(h, keep))
+            m = {
+                "the pooling averages the padding positions too (a plain mean over dim 1): pool "
+                "with masked_mean(h, keep), keep = token_ids != self.pad_id.": head(h.mean(dim=1)),
+                "the pooling divides the sum of the real positions by L, the padded length, "
+                "instead of by the number of real tokens: use masked_mean(h, keep).": head(
+                    (h * k).sum(dim=1) / L
+                ),
+                "the pooling averages the padding instead of the real tokens: the mask polarity "
+                "is reversed (keep must be True where token_ids != self.pad_id).": head(
+                    (h * (1 - k)).sum(dim=1) / (1 - k).sum(dim=1)
+                ),
+                "it sums the real positions instead of averaging them (use masked_mean).": head(
+                    (h * k).sum(dim=1)
+                ),
+                "it classifies the first position (<start>) only: average all the real positions "
+                "with masked_mean.": head(h[:, 0]),
+                "it classifies the last position, which is padding: average the real positions "
+                "with masked_mean.": head(h[:, -1]),
+                "softmax is applied: return the raw logits, not probabilities. F.cross_entropy "
+                "applies log-softmax itself, and argmax gives the same prediction on "
+                "logits.": F.softmax(logits, dim=-1),
+                "log_softmax is applied: return the raw logits (the head's output), not "
+                "log-probabilities. F.cross_entropy applies log-softmax itself.": F.log_softmax(
+                    logits, dim=-1
+                ),
+            }
+            if h.shape[1] == h.shape[2]:
+                m[
+                    "the head is applied on the wrong axis: the pooling averages the D features "
+                    "of each position (dim -1), so the head reads one number per position "
+                    "instead of the sentence's D-vector. Pool over the positions (dim 1) with "
+                    "masked_mean(h, keep), then apply the head."
+                ] = head(h.mean(dim=-1))
+            unmasked = _masked_mean(model.hidden(ids, mask="none"), keep)
+            m[
+                "the encoder runs without the padding mask: the real tokens attend to the "
+                "padding. Pass the mask (B, 1, 1, L), True at real tokens: "
+                "self.encoder(x, keep[:, None, None, :])."
+            ] = head(unmasked)
+            reversed_mask = _masked_mean(model.hidden(ids, mask="reversed"), keep)
+            m[
+                "the mask passed to the encoder has the wrong polarity: True at padding. True "
+                "means 'may attend', so it must be True at the real tokens."
+            ] = head(reversed_mask)
+            m[
+                "no positional encoding is added: without self.positional the encoder cannot "
+                "tell the order of the words, and order is all this task is about. Apply "
+                "self.positional to the embeddings."
+            ] = head(_masked_mean(model.hidden(ids, positions=False), keep))
+        if model.pad_id != 0:
+            zero = ids != 0
+            with reference_mode(), torch.no_grad():
+                x = model.positional(model.embedding(ids))
+                wrong = _masked_mean(model.encoder(x, zero[:, None, None, :]), zero)
+            m[
+                f"it treats token id 0 as padding, but this model's padding id is "
+                f"{model.pad_id}: build keep from self.pad_id, not from a fixed number."
+            ] = head(wrong)
+        if train:
+            model.eval()
+            with torch.no_grad():
+                m[
+                    "dropout is off in training mode: forward must not switch the model (or the "
+                    "encoder) to eval mode; model.train() and model.eval() are the caller's "
+                    "job."
+                ] = model(ids)
+            model.train()
+        return m
+
+    return mistakes
+
+
+def _classifier_case(
+    B: int,
+    L: int,
+    lengths: list[int],
+    seed: int,
+    pad: int = 0,
+    D: int = 8,
+    train: bool = False,
+    dtype: torch.dtype = torch.float64,
+    gradient: bool = False,
+) -> Case:
+    sizes = {
+        "vocab_size": 11,
+        "pad_id": pad,
+        "max_len": 12,
+        "d_model": D,
+        "num_heads": 2,
+        "d_ff": 16,
+        "num_layers": 2,
+        "dropout": 0.1,
+    }
+    model = _reference_classifier(sizes, seed, dtype).train(train)
+    ids = _token_ids(lengths, L, sizes["vocab_size"], pad, seed + 1)
+    init = ((sizes["vocab_size"], pad, sizes["max_len"]), {k: sizes[k] for k in list(sizes)[3:]})
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    extra: dict[str, Any] = {}
+    upstream = None
+    what = f"SentimentClassifier{init[0]}(token_ids) with token_ids of shape {(B, L)}"
+    what += f" ({dtype})" if dtype != torch.float64 else ""
+    what += " in training mode" if train else ""
+    if gradient:
+        upstream = (randn(B, 2, seed=seed + 3).to(dtype),)
+        with reference_mode():
+            (model(ids) * upstream[0]).sum().backward()
+        order = [n for n, _ in model.named_parameters()]
+        order = [n for n in order if n.startswith("encoder.")] + [
+            n for n in order if not n.startswith("encoder.")
+        ]
+        params = dict(model.named_parameters())
+        extra = {
+            "grads": {f"parameters.{n}": params[n].grad.clone() for n in order},
+            "grad_names": {f"parameters.{n}": f"self.{n}" for n in order},
         }
+        model.zero_grad(set_to_none=True)
+        what += ", backpropagating"
+    with reference_mode(), torch.no_grad():
+        expected = model(ids)
+    names = [n for n, _ in model.named_parameters()]
+    return Case(
+        Call(
+            "SentimentClassifier",
+            "sentiment_classifier",
+            (ids,),
+            init=init,
+            dtype=dtype,
+            state=state,
+            train=train,
+            grad=("parameters",) if gradient else (),
+            upstream=upstream,
+            inspect=True,
+            scenario=_POOLING,
+            seed=seed,
+        ),
+        what,
+        expected=expected,
+        mistakes=_classifier_mistakes(model, ids, train),
+        slots=("the output",),
+        letters=("(B, 2)",),
+        shape_hints=(
+            {
+                (B, L, 2): "That is (B, L, 2): the head ran on every position. Pool first: "
+                "masked_mean(h, keep) gives one (B, D) vector per sentence, then the head gives "
+                "(B, 2).",
+                (B, 1, 2): "That is (B, 1, 2): the pooled vector kept its position axis "
+                "(keepdim=True?); the head needs (B, D).",
+                (B,): "That is one number per sentence: return the logits (B, 2), the head's "
+                "output, not predicted classes (argmax is for reading predictions, and it has no "
+                "gradient to train with).",
+            },
+        ),
+        module=ModuleSpec(
+            parameters=names,
+            names_message=(
+                "SentimentClassifier should have the parameters of the given __init__ (an "
+                "embedding, an encoder and a head), got {got}: keep the given __init__."
+            ),
+            keep_init="keep the given __init__",
+        ),
+        inputs={"args[0]": "token_ids"},
+        failure_hint=_classifier_hint,
+        messages={"dtype": _CLASSIFIER_DTYPE},
+        **extra,
+    )
 
 
-@_core.guarded
-def check_sentiment_classifier(SentimentClassifier: Any, thorough: bool = False) -> None:
-    """``SentimentClassifier(encoder).forward(token_ids)``: encode, pool the real positions with
-    a masked mean, apply the head; logits (B, 2)."""
-    cases = [(9, 0)]
-    if thorough:
-        cases += [(12, 1)]
-    for L, seed in cases:
-        encoder = _small_encoder(seed=100 + seed, L=L)
-        model = _build_classifier(SentimentClassifier, encoder, seed=200 + seed)
-        ids = encoder.tokenize(_SENTENCES)  # (B, L), every row padded
-        B = ids.shape[0]
-        keep = ids != encoder.vocab.pad_id
-        with torch.no_grad():
-            h = encoder(ids)
-            expected = model.head(_reference_masked_mean(h, keep))
-        mistakes = _classifier_mistakes(h, keep, model.head, expected)
-        what = f"SentimentClassifier.forward(token_ids) with token_ids of shape {(B, L)}"
-        pooling = _reference_pooling(SentimentClassifier)
-        with torch.no_grad(), pooling, _core.student_call("SentimentClassifier.forward"):
-            out = model(ids.clone())
-        _core.expect_tensor(out, what)
-        shape = tuple(out.shape)
-        if shape == (B, L, 2):
-            raise GradingError(
-                f"{what} has shape {shape} = (B, L, 2): the head ran on every position. Pool "
-                "first: masked_mean(h, keep) gives one (B, D) vector per sentence, then the head "
-                "gives (B, 2)."
-            )
-        if shape == (B,) and not out.is_floating_point():
-            raise GradingError(
-                f"{what} returns predicted classes {tuple(out.tolist())}: return the logits "
-                "(B, 2), the head's output; argmax is for reading predictions, and it has no "
-                "gradient to train with."
-            )
-        _core.expect_close(out, expected, what, mistakes)
-        if thorough:
-            _check_gradients(model, ids, SentimentClassifier)
-
-
-def _check_gradients(model: nn.Module, ids: torch.Tensor, cls: Any) -> None:
-    model.zero_grad(set_to_none=True)
-    labels = torch.arange(ids.shape[0]) % 2
-    with _reference_pooling(cls), _core.student_call("SentimentClassifier.forward"):
-        logits = model(ids)
-    if not logits.requires_grad:
-        raise GradingError(
-            "SentimentClassifier.forward returns logits without gradient: remove "
-            "torch.no_grad() / .detach() from forward, or nothing could be trained."
+def _classifier_hint(failure: Failure) -> str | None:
+    if "mat1 and mat2" in failure.message:
+        return (
+            "The head is applied on the wrong axis: it is an nn.Linear(D, 2), so it must get "
+            "the pooled (B, D) vector. Pool the encoder's output over the positions (dim 1) with "
+            "masked_mean(h, keep) first."
         )
-    F.cross_entropy(logits, labels).backward()
-    embedding = model.encoder.embedding.embedding.weight.grad
-    if embedding is None or not bool(embedding.abs().sum() > 0):
-        raise GradingError(
-            "gradients do not reach the encoder: its output is detached (or computed under "
-            "torch.no_grad()) in forward, so only the head would learn. The encoder must be "
-            "trained too."
+    if "mask" in failure.message:
+        return (
+            "The encoder takes the mask as (B, 1, 1, L), True at real tokens: "
+            "keep[:, None, None, :] with keep = token_ids != self.pad_id."
         )
-    if model.head.weight.grad is None:
-        raise GradingError("gradients do not reach the head: apply self.head to the pooled vector.")
-    model.zero_grad(set_to_none=True)
+    return None
+
+
+def _classifier_cases(thorough: bool) -> Iterator[Case]:
+    yield _classifier_case(3, 7, [6, 4, 2], seed=400)  # every row padded
+    yield _classifier_case(3, 7, [6, 4, 2], seed=410, train=True)
+    if not thorough:
+        return
+    yield _classifier_case(2, 8, [5, 8], seed=420, pad=1)  # L = D, and pad id 1
+    yield _classifier_case(1, 1, [1], seed=430)
+    yield _classifier_case(4, 6, [6, 2, 3, 5], seed=440, train=True, gradient=True)
+    yield _classifier_case(2, 5, [5, 3], seed=450, dtype=torch.float32)
+
+
+check_sentiment_classifier = runner.register(
+    Exercise(
+        "sentiment_classifier",
+        "Exercise (c) · SentimentClassifier",
+        "SentimentClassifier",
+        "test_sentiment_classifier",
+        "class",
+        "keep the given `class SentimentClassifier(nn.Module):` and its __init__, and write "
+        "forward.",
+        _classifier_cases,
+    )
+)

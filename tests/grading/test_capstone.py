@@ -1,26 +1,27 @@
-"""The checks of notebook 06 (the sentiment capstone): what is particular to them (how the
-notebook and its checks fit together, forbidden built-ins, tensor subclasses, tampering,
-the behaviour the notebook promises). Every answer of tests/variants, buggy, correct or
-stub, is graded in test_catalogue.py.
+"""The checks of notebook 06 (the capstone): what is particular to them (how the notebook and its
+checks fit together, the training step's scenario, the classifier graded apart from the pooling
+exercise, the wire). Every answer of tests/variants, buggy, correct or stub, is graded in
+test_catalogue.py.
 """
 
 from __future__ import annotations
 
 import pytest
 import torch
-from notebook_namespace import Check, SolutionNotebook, expect_exported, stub
+from notebook_namespace import Check, SolutionNotebook, expect_exported, returning_subclass, stub
+from variants import Variant
 
-import encoder_lib
-from encoder_lib.grading import GradingError, capstone
+from encoder_lib.grading import GradingError, capstone, observe, runner, wire
 
 # test cell -> (answer cell, the name the answer defines, its check)
 CHECKS = {
     "test_masked_mean": Check("masked_mean", "masked_mean", capstone.check_masked_mean),
+    "test_train_step": Check("train_step", "train_step", capstone.check_train_step),
     "test_sentiment_classifier": Check(
         "sentiment_classifier", "SentimentClassifier", capstone.check_sentiment_classifier
     ),
 }
-POINTS = {"test_masked_mean": 2, "test_sentiment_classifier": 3}
+POINTS = {"test_masked_mean": 2, "test_train_step": 3, "test_sentiment_classifier": 3}
 NOTEBOOK = SolutionNotebook("06_sentiment_capstone", CHECKS)
 BUGGY, CORRECT = NOTEBOOK.buggy, NOTEBOOK.correct
 ANSWERS = NOTEBOOK.answers
@@ -39,32 +40,126 @@ def test_notebook_has_the_cells_and_points_the_checks_expect():
         assert f"grading.{check.__name__}({name})" in source
         assert f"grading.{check.__name__}({name}, thorough=True)" in source
         assert "### BEGIN HIDDEN TESTS" in source
+        assert runner.EXERCISES[test_cell].target == name
     assert NOTEBOOK.cells["setup"]["metadata"]["nbgrader"]["locked"]
-    for variant in BUGGY + CORRECT:
-        assert variant.cell in ANSWERS, variant.name
-        assert set(variant.fails) <= set(CHECKS), variant.name
-        assert not variant.fails or variant.says, variant.name
 
 
 def test_capstone_module_lists_its_checks():
-    expect_exported(capstone, {"check_masked_mean", "check_sentiment_classifier"})
+    expect_exported(
+        capstone, {"check_masked_mean", "check_train_step", "check_sentiment_classifier"}
+    )
 
 
-# --- the untouched student version ---------------------------------------------------------------
+def test_the_reference_classifier_is_the_notebook_s():
+    """The checks' ``_Classifier`` has the given __init__'s parameters, in the same order, and
+    computes what the solution's forward computes."""
+    namespace = NOTEBOOK.namespace()
+    torch.manual_seed(5)
+    theirs = namespace["SentimentClassifier"](13, 2, 9, d_model=8, num_heads=2, d_ff=16).eval()
+    torch.manual_seed(5)
+    ours = capstone._Classifier(13, 2, 9, d_model=8, num_heads=2, d_ff=16).eval()
+    assert [n for n, _ in theirs.named_parameters()] == [n for n, _ in ours.named_parameters()]
+    pairs = zip(theirs.parameters(), ours.parameters(), strict=True)
+    assert all(torch.equal(a, b) for a, b in pairs)
+    ids = capstone._token_ids([9, 4, 1], 9, 13, 2, seed=3)
+    with torch.no_grad():
+        assert torch.allclose(theirs(ids), ours(ids), atol=1e-6)
 
 
 def test_release_keeps_the_given_init():
-    """The classifier stub still builds its encoder and head: only forward is left to write."""
+    """The classifier stub still builds its parts: only forward is left to write."""
     released = stub(NOTEBOOK.source("sentiment_classifier"))
     namespace = NOTEBOOK.namespace({"sentiment_classifier": released})
-    config = encoder_lib.EncoderConfig(d_model=8, num_heads=2, d_ff=16, num_layers=1)
-    model = namespace["SentimentClassifier"](encoder_lib.SentenceEncoder(config=config))
-    assert [name for name, _ in model.named_children()] == ["encoder", "head"]
-    assert (model.head.in_features, model.head.out_features) == (8, 2)
-    assert model.pad_id == 0
+    model = namespace["SentimentClassifier"](39, 0, 15)
+    names = [name for name, _ in model.named_children()]
+    assert names == ["embedding", "positional", "encoder", "head"]
+    assert model.embedding.scale == 1.0  # scale=False: see the notebook's note
+    assert (model.head.in_features, model.head.out_features) == (32, 2)
+    assert sum(p.numel() for p in model.parameters()) == 18402  # bench/bench_capstone.py's model
 
 
-# --- (b) is graded independently of (a), and the notebook's state is left alone ------------------
+# --- (b) the training step -----------------------------------------------------------------------
+
+
+def _through_the_wire(namespace: dict) -> runner.Ask:
+    """An Ask that sends each Call and its Observation through the wire, as at autograde."""
+
+    def ask(call: observe.Call) -> observe.Observation:
+        received = wire.decode_call(wire.encode_call(call))
+        obs = observe.observe(namespace.__getitem__, received)
+        return wire.decode_observation(wire.encode_observation(obs))
+
+    return ask
+
+
+def test_the_step_scenario_records_the_steps_and_their_order():
+    namespace = NOTEBOOK.namespace()
+    case = next(iter(capstone._step_cases(False)))
+    obs = runner.local(namespace)(case.call)
+    assert obs.failure is None
+    steps = obs.info["steps"]
+    assert len(steps) == 2
+    for step in steps:
+        assert type(step["value"]) is float
+        assert step["events"] == ["zero_grad", "forward", "backward", "step"]
+        assert step["modes"] == [True]  # model.train() was called: the model came in eval mode
+    before = case.call.options["state"]
+    assert not torch.equal(steps[0]["parameters"]["head.weight"], before["head.weight"])
+
+
+def test_the_step_calls_carry_no_expected_value():
+    """What enters the kernel: sizes, the initial weights, the stale gradients, the learning rate
+    and the batches; never a parameter after a step."""
+    for case in capstone._step_cases(thorough=True):
+        sent = wire.decode_call(wire.encode_call(case.call))
+        assert set(sent.options) == {"sizes", "state", "stale", "lr", "batches"}
+        assert case.call.scenario == "capstone.train_step"
+
+
+STEP_ANSWERS = [v for v in BUGGY + CORRECT if v.cell == "train_step"]
+
+
+@pytest.mark.parametrize("variant", STEP_ANSWERS, ids=[v.name for v in STEP_ANSWERS])
+def test_the_step_is_judged_the_same_through_the_wire(variant: Variant):
+    namespace = NOTEBOOK.namespace({variant.cell: variant.source})
+    exercise = runner.EXERCISES["test_train_step"]
+    verdicts = []
+    for ask in (runner.local(namespace), _through_the_wire(namespace)):
+        try:
+            runner.run(exercise, ask, thorough=True)
+            verdicts.append(None)
+        except GradingError as error:
+            verdicts.append(str(error))
+    assert verdicts[0] == verdicts[1]
+    assert (verdicts[0] is None) == ("test_train_step" not in variant.fails)
+
+
+def test_a_step_in_eval_mode_shows_in_the_values_alone():
+    """Deterministic dropout, not only the recorded mode, names a forward in eval mode: a step
+    that calls ``model.forward`` directly (no hooks fire) is still caught."""
+    source = (
+        "def train_step(model, optimizer, token_ids, labels):\n"
+        "    optimizer.zero_grad()\n"
+        "    loss = F.cross_entropy(model.forward(token_ids), labels)\n"
+        "    loss.backward()\n"
+        "    optimizer.step()\n"
+        "    return loss.item()\n"
+    )
+    namespace = NOTEBOOK.namespace({"train_step": source})
+    with pytest.raises(GradingError, match=r"model\.eval\(\) is left on"):
+        NOTEBOOK.run("test_train_step", namespace, thorough=False)
+
+
+def test_a_step_that_trains_only_from_clean_gradients_fails_with_stale_ones():
+    """The model comes with gradients in .grad: a step that zeroes them at the end (right only
+    when nothing ever left gradients behind) is told to zero them first."""
+    source = next(v for v in BUGGY if v.name == "zero_grad_after_step").source
+    namespace = NOTEBOOK.namespace({"train_step": source})
+    error = NOTEBOOK.failure("test_train_step", namespace)
+    assert "zero_grad() first" in str(error)
+
+
+# --- (c) the classifier --------------------------------------------------------------------------
 
 
 def test_classifier_is_graded_with_the_reference_pooling_and_restores_it():
@@ -73,6 +168,27 @@ def test_classifier_is_graded_with_the_reference_pooling_and_restores_it():
     student_mean = namespace["masked_mean"]
     NOTEBOOK.autograde("test_sentiment_classifier", namespace)
     assert namespace["masked_mean"] is student_mean
+    assert NOTEBOOK.grade("test_masked_mean", namespace) is not None
+
+
+CLASSIFIER_ANSWERS = [v for v in BUGGY + CORRECT if v.cell == "sentiment_classifier"]
+
+
+@pytest.mark.parametrize("variant", CLASSIFIER_ANSWERS, ids=[v.name for v in CLASSIFIER_ANSWERS])
+def test_the_classifier_is_judged_the_same_through_the_wire(variant: Variant):
+    namespace = NOTEBOOK.namespace({variant.cell: variant.source})
+    exercise = runner.EXERCISES["test_sentiment_classifier"]
+    verdicts = []
+    for ask in (runner.local(namespace), _through_the_wire(namespace)):
+        try:
+            runner.run(exercise, ask, thorough=True)
+            verdicts.append(None)
+        except GradingError as error:
+            verdicts.append(str(error))
+    assert verdicts[0] == verdicts[1]
+
+
+# --- every exercise ------------------------------------------------------------------------------
 
 
 def test_checks_leave_the_global_random_state_and_threads_alone():
@@ -87,19 +203,12 @@ def test_checks_leave_the_global_random_state_and_threads_alone():
     assert torch.get_num_threads() == threads
 
 
-def test_tensor_subclass_output_is_rejected():
-    source = """\
-class Liar(torch.Tensor):
-    pass
-
-def masked_mean(h, keep):
-    k = keep.to(h.dtype)[:, :, None]
-    return ((h * k).sum(1) / k.sum(1)).as_subclass(Liar)
-"""
+@pytest.mark.parametrize("test_cell", ["test_masked_mean", "test_sentiment_classifier"])
+def test_tensor_subclass_output_is_rejected(test_cell):
+    answer = CHECKS[test_cell].answer
+    namespace = NOTEBOOK.namespace({answer: returning_subclass(NOTEBOOK.source(answer))})
     with pytest.raises(GradingError, match="Tensor subclass"):
-        NOTEBOOK.autograde(
-            "test_masked_mean", NOTEBOOK.namespace({"masked_mean": source}), hidden=False
-        )
+        NOTEBOOK.run(test_cell, namespace, thorough=False)
 
 
 def test_silent_broadcast_along_the_features_is_named():
@@ -108,13 +217,3 @@ def test_silent_broadcast_along_the_features_is_named():
     namespace = NOTEBOOK.namespace({"masked_mean": source})
     message = str(NOTEBOOK.failure("test_masked_mean", namespace))
     assert "trailing axis" in message, message
-
-
-def test_checks_are_fast():
-    import time
-
-    namespace = NOTEBOOK.namespace()
-    start = time.perf_counter()
-    for test_cell in CHECKS:
-        NOTEBOOK.autograde(test_cell, namespace)
-    assert time.perf_counter() - start < 2.0

@@ -1,39 +1,48 @@
-"""Answers to notebook 06 (the sentiment capstone) as students write them: ``BUGGY`` ones, each
-with the test cells it must fail and the words that name its mistake, and ``CORRECT`` ones
-written differently from the solution.
+"""Answers to notebook 06 (the capstone) as students write them: ``BUGGY`` ones, each with the
+test cells it must fail and the words that name its mistake, and ``CORRECT`` ones written
+differently from the solution.
 
-``check_sentiment_classifier`` runs the classifier with the reference ``masked_mean`` in place
-of the student's, so a wrong ``masked_mean`` fails ``test_masked_mean`` only.
+``check_train_step`` hands ``train_step`` the check's own classifier and
+``check_sentiment_classifier`` runs the forward with the reference ``masked_mean`` in place of
+the student's, so a wrong answer fails its own test cell only.
 """
 
 from __future__ import annotations
 
 from variants import Variant
 
-MEAN, CLASSIFIER = "masked_mean", "sentiment_classifier"
-T_MEAN, T_CLASSIFIER = f"test_{MEAN}", f"test_{CLASSIFIER}"
+MEAN, STEP, CLASSIFIER = "masked_mean", "train_step", "sentiment_classifier"
+T_MEAN, T_STEP, T_CLASSIFIER = f"test_{MEAN}", f"test_{STEP}", f"test_{CLASSIFIER}"
 
 
 def _mean(body: str) -> str:
     return f"def masked_mean(h, keep):\n{body}"
 
 
+def _step(body: str) -> str:
+    return f"def train_step(model, optimizer, token_ids, labels):\n{body}"
+
+
 _CLASSIFIER_INIT = """class SentimentClassifier(nn.Module):
-    def __init__(self, encoder, num_classes=2):
+    def __init__(
+        self, vocab_size, pad_id, max_len, d_model=32, num_heads=4, d_ff=64, num_layers=2,
+        dropout=0.1,
+    ):
         super().__init__()
-        self.encoder = encoder
-        self.head = nn.Linear(encoder.config.d_model, num_classes)
-        self.pad_id = encoder.vocab.pad_id
+        self.pad_id = pad_id
+        self.embedding = encoder_lib.TokenEmbedding(
+            vocab_size, d_model, padding_idx=pad_id, scale=False
+        )
+        self.positional = encoder_lib.SinusoidalPositionalEncoding(d_model, max_len)
+        layer = encoder_lib.EncoderLayer(d_model, num_heads, d_ff, dropout)
+        self.encoder = encoder_lib.TransformerEncoder(layer, num_layers)
+        self.head = nn.Linear(d_model, 2)
 
 """
 
 
-def _classifier(forward: str) -> str:
-    return _CLASSIFIER_INIT + forward
-
-
 def _forward(body: str) -> str:
-    return _classifier(f"    def forward(self, token_ids):\n{body}")
+    return _CLASSIFIER_INIT + f"    def forward(self, token_ids):\n{body}"
 
 
 # --- (a) masked_mean -----------------------------------------------------------------------------
@@ -61,7 +70,7 @@ _MEAN_BUGGY = [
         MEAN,
         _mean("    return (h * keep[:, :, None]).sum(dim=1) / h.shape[1]\n"),
         (T_MEAN,),
-        "divides the sum of the real positions by L",
+        "divides the sum of the real positions by L, the padded length",
     ),
     Variant(
         "wrong_axis",
@@ -147,58 +156,316 @@ _MEAN_CORRECT = [
     ),
 ]
 
-# --- (b) SentimentClassifier.forward -------------------------------------------------------------
+# --- (b) train_step ------------------------------------------------------------------------------
 
-_MASK = "        keep = token_ids != self.pad_id\n"
+_RIGHT = (
+    "    model.train()\n"
+    "    optimizer.zero_grad()\n"
+    "    loss = F.cross_entropy(model(token_ids), labels)\n"
+    "    loss.backward()\n"
+    "    optimizer.step()\n"
+    "    return loss.item()\n"
+)
+
+
+def _without(line: str, replacement: str = "") -> str:
+    """The right step with one line removed or replaced."""
+    assert line in _RIGHT, line
+    return _step(_RIGHT.replace(line, replacement))
+
+
+_STEP_BUGGY = [
+    Variant(
+        "no_zero_grad",
+        STEP,
+        _without("    optimizer.zero_grad()\n"),
+        (T_STEP,),
+        "zero_grad() is never called",
+    ),
+    Variant(
+        "zero_grad_after_step",
+        STEP,
+        _step(
+            "    model.train()\n"
+            "    loss = F.cross_entropy(model(token_ids), labels)\n"
+            "    loss.backward()\n"
+            "    optimizer.step()\n"
+            "    optimizer.zero_grad()\n"
+            "    return loss.item()\n"
+        ),
+        (T_STEP,),
+        "zero_grad() is called after optimizer.step()",
+    ),
+    Variant(
+        "eval_mode_left_on",
+        STEP,
+        _without("    model.train()\n"),
+        (T_STEP,),
+        "model.eval() is left on while training",
+    ),
+    Variant(
+        "switches_to_eval",
+        STEP,
+        _without("    model.train()\n", "    model.eval()\n"),
+        (T_STEP,),
+        "model.eval() is left on while training",
+    ),
+    Variant(
+        "loss_on_probabilities",
+        STEP,
+        _without(
+            "    loss = F.cross_entropy(model(token_ids), labels)\n",
+            "    probabilities = F.softmax(model(token_ids), dim=-1)\n"
+            "    loss = F.cross_entropy(probabilities, labels)\n",
+        ),
+        (T_STEP,),
+        "loss is computed on probabilities instead of logits",
+    ),
+    Variant(
+        "nll_on_logits",
+        STEP,
+        _without(
+            "    loss = F.cross_entropy(model(token_ids), labels)\n",
+            "    loss = F.nll_loss(model(token_ids), labels)\n",
+        ),
+        (T_STEP,),
+        "expects log-probabilities",
+    ),
+    Variant(
+        "summed_loss",
+        STEP,
+        _without(
+            "    loss = F.cross_entropy(model(token_ids), labels)\n",
+            "    loss = F.cross_entropy(model(token_ids), labels, reduction='sum')\n",
+        ),
+        (T_STEP,),
+        "summed over the batch",
+    ),
+    Variant(
+        "no_backward",
+        STEP,
+        _without("    loss.backward()\n"),
+        (T_STEP,),
+        "loss.backward() is never called",
+    ),
+    Variant(
+        "no_step",
+        STEP,
+        _without("    optimizer.step()\n"),
+        (T_STEP,),
+        "optimizer.step() is never called",
+    ),
+    Variant(
+        "step_before_backward",
+        STEP,
+        _step(
+            "    model.train()\n"
+            "    optimizer.zero_grad()\n"
+            "    loss = F.cross_entropy(model(token_ids), labels)\n"
+            "    optimizer.step()\n"
+            "    loss.backward()\n"
+            "    return loss.item()\n"
+        ),
+        (T_STEP,),
+        "optimizer.step() is called before loss.backward()",
+    ),
+    Variant(
+        "zero_grad_between",
+        STEP,
+        _step(
+            "    model.train()\n"
+            "    loss = F.cross_entropy(model(token_ids), labels)\n"
+            "    loss.backward()\n"
+            "    optimizer.zero_grad()\n"
+            "    optimizer.step()\n"
+            "    return loss.item()\n"
+        ),
+        (T_STEP,),
+        "zeroed between loss.backward() and optimizer.step()",
+    ),
+    Variant(
+        "two_steps",
+        STEP,
+        _without("    optimizer.step()\n", "    optimizer.step()\n    optimizer.step()\n"),
+        (T_STEP,),
+        "called 2 times",
+    ),
+    Variant(
+        "returns_tensor",
+        STEP,
+        _without("    return loss.item()\n", "    return loss\n"),
+        (T_STEP,),
+        "return loss.item()",
+    ),
+    Variant(
+        "returns_nothing",
+        STEP,
+        _without("    return loss.item()\n"),
+        (T_STEP,),
+        "return the loss of the batch as a Python float",
+    ),
+    Variant(
+        "forward_without_grad",
+        STEP,
+        _without(
+            "    loss = F.cross_entropy(model(token_ids), labels)\n",
+            "    with torch.no_grad():\n"
+            "        logits = model(token_ids)\n"
+            "    loss = F.cross_entropy(logits, labels)\n",
+        ),
+        (T_STEP,),
+        "no graph to backpropagate through",
+    ),
+]
+
+_STEP_CORRECT = [
+    Variant(
+        "model_zero_grad_and_float",
+        STEP,
+        _step(
+            "    model.train()\n"
+            "    model.zero_grad()\n"
+            "    logits = model(token_ids)\n"
+            "    loss = F.nll_loss(F.log_softmax(logits, dim=-1), labels)\n"
+            "    loss.backward()\n"
+            "    optimizer.step()\n"
+            "    return float(loss)\n"
+        ),
+    ),
+    Variant(
+        "criterion_module",
+        STEP,
+        _step(
+            "    criterion = nn.CrossEntropyLoss()\n"
+            "    model.train()\n"
+            "    for p in model.parameters():\n"
+            "        p.grad = None\n"
+            "    loss = criterion(model(token_ids), labels)\n"
+            "    loss.backward()\n"
+            "    optimizer.step()\n"
+            "    return loss.detach().item()\n"
+        ),
+    ),
+    Variant(
+        "zero_grad_after_forward",
+        STEP,
+        _step(
+            "    model.train(True)\n"
+            "    logits = model(token_ids)\n"
+            "    loss = F.cross_entropy(logits.log_softmax(dim=-1), labels)\n"
+            "    optimizer.zero_grad(set_to_none=False)\n"
+            "    loss.backward()\n"
+            "    optimizer.step()\n"
+            "    return loss.item()\n"
+        ),
+    ),
+]
+
+# --- (c) SentimentClassifier.forward -------------------------------------------------------------
+
+_KEEP = "        keep = token_ids != self.pad_id\n"
+_X = "        x = self.positional(self.embedding(token_ids))\n"
+_H = "        h = self.encoder(x, keep[:, None, None, :])\n"
 
 _CLASSIFIER_BUGGY = [
     Variant(
         "plain_mean_pooling",
         CLASSIFIER,
-        _forward("        return self.head(self.encoder(token_ids).mean(dim=1))\n"),
+        _forward(_KEEP + _X + _H + "        return self.head(h.mean(dim=1))\n"),
         (T_CLASSIFIER,),
         "padding positions too",
     ),
     Variant(
-        "mask_reversed",
+        "divided_by_length",
         CLASSIFIER,
         _forward(
-            "        keep = token_ids == self.pad_id\n"
-            "        return self.head(masked_mean(self.encoder(token_ids), keep))\n"
+            _KEEP + _X + _H + "        pooled = (h * keep[:, :, None]).sum(dim=1) / h.shape[1]\n"
+            "        return self.head(pooled)\n"
         ),
+        (T_CLASSIFIER,),
+        "divides the sum of the real positions by L, the padded length",
+    ),
+    Variant(
+        "pooling_mask_reversed",
+        CLASSIFIER,
+        _forward(_KEEP + _X + _H + "        return self.head(masked_mean(h, ~keep))\n"),
         (T_CLASSIFIER,),
         "polarity is reversed",
     ),
     Variant(
-        "no_pooling",
+        "sum_pooling",
         CLASSIFIER,
-        _forward("        return self.head(self.encoder(token_ids))\n"),
+        _forward(_KEEP + _X + _H + "        return self.head((h * keep[:, :, None]).sum(dim=1))\n"),
         (T_CLASSIFIER,),
-        "head ran on every position",
+        "sums the real positions",
     ),
     Variant(
         "first_position",
         CLASSIFIER,
-        _forward("        return self.head(self.encoder(token_ids)[:, 0])\n"),
+        _forward(_KEEP + _X + _H + "        return self.head(h[:, 0])\n"),
         (T_CLASSIFIER,),
         "first position",
+    ),
+    Variant(
+        "no_pooling",
+        CLASSIFIER,
+        _forward(_KEEP + _X + _H + "        return self.head(h)\n"),
+        (T_CLASSIFIER,),
+        "head ran on every position",
+    ),
+    Variant(
+        "head_on_wrong_axis",
+        CLASSIFIER,
+        _forward(_KEEP + _X + _H + "        return self.head(h.mean(dim=-1))\n"),
+        (T_CLASSIFIER,),
+        "head is applied on the wrong axis",
+    ),
+    Variant(
+        "no_encoder_mask",
+        CLASSIFIER,
+        _forward(
+            _KEEP + _X + "        h = self.encoder(x)\n"
+            "        return self.head(masked_mean(h, keep))\n"
+        ),
+        (T_CLASSIFIER,),
+        "without the padding mask",
+    ),
+    Variant(
+        "encoder_mask_reversed",
+        CLASSIFIER,
+        _forward(
+            _KEEP + _X + "        h = self.encoder(x, ~keep[:, None, None, :])\n"
+            "        return self.head(masked_mean(h, keep))\n"
+        ),
+        (T_CLASSIFIER,),
+        "wrong polarity",
+    ),
+    Variant(
+        "no_positions",
+        CLASSIFIER,
+        _forward(
+            _KEEP
+            + "        x = self.embedding(token_ids)\n"
+            + _H
+            + "        return self.head(masked_mean(h, keep))\n"
+        ),
+        (T_CLASSIFIER,),
+        "no positional encoding",
     ),
     Variant(
         "softmax",
         CLASSIFIER,
         _forward(
-            _MASK + "        logits = self.head(masked_mean(self.encoder(token_ids), keep))\n"
-            "        return F.softmax(logits, dim=-1)\n"
+            _KEEP + _X + _H + "        return F.softmax(self.head(masked_mean(h, keep)), dim=-1)\n"
         ),
         (T_CLASSIFIER,),
-        "softmax is applied",
+        "not probabilities",
     ),
     Variant(
         "log_softmax",
         CLASSIFIER,
         _forward(
-            _MASK + "        logits = self.head(masked_mean(self.encoder(token_ids), keep))\n"
-            "        return logits.log_softmax(dim=-1)\n"
+            _KEEP + _X + _H + "        return self.head(masked_mean(h, keep)).log_softmax(-1)\n"
         ),
         (T_CLASSIFIER,),
         "log_softmax is applied",
@@ -206,33 +473,45 @@ _CLASSIFIER_BUGGY = [
     Variant(
         "argmax",
         CLASSIFIER,
-        _forward(
-            _MASK
-            + "        return self.head(masked_mean(self.encoder(token_ids), keep)).argmax(-1)\n"
-        ),
+        _forward(_KEEP + _X + _H + "        return self.head(masked_mean(h, keep)).argmax(-1)\n"),
         (T_CLASSIFIER,),
-        "predicted classes",
+        "not predicted classes",
     ),
     Variant(
-        "sum_pooling",
+        "eval_inside_forward",
         CLASSIFIER,
         _forward(
-            _MASK + "        h = self.encoder(token_ids) * keep[:, :, None]\n"
-            "        return self.head(h.sum(dim=1))\n"
+            "        self.eval()\n"
+            + _KEEP
+            + _X
+            + _H
+            + "        return self.head(masked_mean(h, keep))\n"
         ),
         (T_CLASSIFIER,),
-        "sums the real positions",
+        "dropout is off in training mode",
     ),
     Variant(
         "encoder_frozen",
         CLASSIFIER,
         _forward(
-            _MASK + "        with torch.no_grad():\n"
-            "            h = self.encoder(token_ids)\n"
+            _KEEP + _X + "        with torch.no_grad():\n"
+            "            h = self.encoder(x, keep[:, None, None, :])\n"
             "        return self.head(masked_mean(h, keep))\n"
         ),
         (T_CLASSIFIER,),
-        "do not reach the encoder",
+        "no gradient reaches self.encoder",
+    ),
+    Variant(
+        "pad_id_zero",
+        CLASSIFIER,
+        _forward(
+            "        keep = token_ids != 0\n"
+            + _X
+            + _H
+            + "        return self.head(masked_mean(h, keep))\n"
+        ),
+        (T_CLASSIFIER,),
+        "padding",
     ),
 ]
 
@@ -241,28 +520,33 @@ _CLASSIFIER_CORRECT = [
         "library_mask",
         CLASSIFIER,
         _forward(
-            "        keep = encoder_lib.padding_mask(token_ids, self.pad_id)[:, 0, 0, :]\n"
-            "        return self.head(masked_mean(self.encoder(token_ids), keep))\n"
+            "        mask = encoder_lib.padding_mask(token_ids, self.pad_id)  # (B, 1, 1, L)\n"
+            "        h = self.encoder(self.positional(self.embedding(token_ids)), mask)\n"
+            "        return self.head(masked_mean(h, mask[:, 0, 0, :]))\n"
         ),
     ),
     Variant(
         "head_before_pooling",
         CLASSIFIER,
         _forward(
-            _MASK + "        per_position = self.head(self.encoder(token_ids))  # (B, L, 2)\n"
+            _KEEP + _X + _H + "        per_position = self.head(h)  # (B, L, 2)\n"
             "        return masked_mean(per_position, keep)\n"
         ),
     ),
     Variant(
-        "inline_pooling",
+        "layer_by_layer_inline_pooling",
         CLASSIFIER,
         _forward(
-            "        h = self.encoder(token_ids)\n"
-            "        m = (token_ids != self.pad_id).unsqueeze(-1).to(h.dtype)\n"
-            "        return self.head((h * m).sum(1) / m.sum(1))\n"
+            "        real = (token_ids != self.pad_id).unsqueeze(1).unsqueeze(1)\n"
+            "        x = self.embedding(token_ids)\n"
+            "        x = x + self.positional.pe[: x.shape[1]]\n"
+            "        for layer in self.encoder.layers:\n"
+            "            x = layer(x, mask=real)\n"
+            "        m = real[:, 0, 0, :, None].to(x.dtype)\n"
+            "        return self.head((x * m).sum(1) / m.sum(1))\n"
         ),
     ),
 ]
 
-BUGGY = _MEAN_BUGGY + _CLASSIFIER_BUGGY
-CORRECT = _MEAN_CORRECT + _CLASSIFIER_CORRECT
+BUGGY = _MEAN_BUGGY + _STEP_BUGGY + _CLASSIFIER_BUGGY
+CORRECT = _MEAN_CORRECT + _STEP_CORRECT + _CLASSIFIER_CORRECT
