@@ -13,7 +13,6 @@ comes back in nbgrader's own process.
 """
 
 from . import attention, capstone, decoder, encoder, feed_forward, layer_norm, multi_head
-from ._core import TamperingError
 from .attention import *  # noqa: F403
 from .capstone import *  # noqa: F403
 from .decoder import *  # noqa: F403
@@ -29,7 +28,6 @@ __all__ = [
     "ForbiddenCallError",
     "GradingError",
     "NotWrittenYet",
-    "TamperingError",
     "show_full_tracebacks",
     *attention.__all__,
     *multi_head.__all__,
@@ -39,28 +37,3 @@ __all__ = [
     *capstone.__all__,
     *decoder.__all__,
 ]
-
-# Until every topic runs on the runner, the older checks keep their in-kernel defences.
-# TODO(issue 11): remove with _core once attention, multi_head, feed_forward, encoder and
-# capstone are ported.
-import sys as _sys
-
-from . import _core
-
-_NEW = {
-    "feedback",
-    "observe",
-    "runner",
-    "wire",
-    "layer_norm",
-    "feed_forward",
-    "attention",
-    "multi_head",
-    "encoder",
-}
-for _name, _module in list(_sys.modules.items()):
-    _ours = _name == "encoder_lib" or _name.startswith("encoder_lib.")
-    _old = _name.rsplit(".", 1)[-1] not in _NEW and not _name.startswith("encoder_lib.autograde")
-    if _ours and _old and _module is not None:
-        _core.make_read_only(_module)
-_core.take_snapshot()
