@@ -283,9 +283,11 @@ def main(argv: list[str] | None = None) -> int:
 
 def report(floors, steps, runs, students: int, assignments: list[str]) -> None:
     floor = statistics.median(floors)
+    half = len(floors) // 2
     print(
         f"\nfloor (kernel start + import torch): median {floor:.2f} s "
-        f"(min {min(floors):.2f}, max {max(floors):.2f}, {len(floors)} runs); {load()}\n"
+        f"(before grading: {', '.join(f'{x:.2f}' for x in floors[:half])}; "
+        f"after: {', '.join(f'{x:.2f}' for x in floors[half:])}); {load()}\n"
     )
     names = [n for n in next(iter(steps.values())) if n != "total"]
     width = max(len(a) for a in steps)
