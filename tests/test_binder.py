@@ -3,6 +3,7 @@ tools or material in a student's session, and a Dockerfile repo2docker accepts."
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import shutil
@@ -12,6 +13,7 @@ import sysconfig
 from importlib import metadata
 from pathlib import Path
 
+import nbformat
 import pytest
 from packaging.requirements import Requirement
 
@@ -136,3 +138,39 @@ def test_repo2docker_accepts_the_configuration():
     assert "COPY --chown=1000:1000 src/ ${REPO_DIR}/" in dockerfile
     assert "RUN ./binder/postBuild" in dockerfile
     assert 'R2D_ENTRYPOINT="${REPO_DIR}/binder/start"' in dockerfile
+
+
+def _imports(source: str) -> set[str]:
+    """Top-level module names a piece of Python imports."""
+    tree = ast.parse(source)
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def test_binder_installs_what_the_student_side_imports():
+    """Every module the student notebooks and encoder_lib (but its autograde/) import comes from
+    a package Binder pins (a notebook importing, say, tqdm needs tqdm on Binder)."""
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    python = TransformerManager().transform_cell  # %pip and friends become plain Python
+    imported = set()
+    for notebook in sorted((ROOT / "notebooks").glob("*/*.ipynb")):
+        for cell in nbformat.read(notebook, as_version=4).cells:
+            if cell.cell_type == "code":
+                imported |= _imports(python(cell.source))
+    for module in (ROOT / "encoder_lib").rglob("*.py"):
+        if "autograde" not in module.parts:
+            imported |= _imports(module.read_text())
+    provided = metadata.packages_distributions()
+    binder = se.pins(BINDER / "requirements.txt")
+    missing = {
+        name: provided.get(name)
+        for name in imported - set(sys.stdlib_module_names) - {"encoder_lib", "__future__"}
+        if not any(se._name(d) in binder for d in provided.get(name, []))
+    }
+    assert missing == {}

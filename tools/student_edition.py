@@ -31,7 +31,7 @@ TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 
 TEST_ONLY = {"pytest", "hypothesis", "ruff", "nbval", "playwright", "jupyter-repo2docker"}
 """Top-level requirements only the repository's own tests use."""
-INSTRUCTOR_ONLY = {"dask", "distributed", "tqdm", "latex2mathml"}
+INSTRUCTOR_ONLY = {"dask", "distributed", "latex2mathml"}
 """Top-level requirements only grading and feedback use (encoder_lib.autograde)."""
 
 STUDENT_PATHS = (
