@@ -30,7 +30,6 @@ import linecache
 import math
 import os
 import sys
-import sysconfig
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -325,16 +324,15 @@ def _restore_profile(previous: Any) -> None:
 
 # --- the student's line --------------------------------------------------------------------------
 
-# Genuine code lives in the standard library, installed packages and encoder_lib; code typed in a
-# notebook lives elsewhere (ipykernel's temporary files, "<cell ...>", "<ipython-input-...>").
-_LIBRARY_DIRS = tuple(
-    {sysconfig.get_paths()[key] for key in ("stdlib", "platstdlib", "purelib", "platlib")}
-    | {os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))}
-)
-
 
 def _is_notebook_code(filename: str) -> bool:
-    return not os.path.abspath(filename).startswith(_LIBRARY_DIRS) or filename.startswith("<")
+    """Whether code comes from a notebook cell: IPython registers each cell's file name (its
+    temporary file), and code compiled from text has a name in angle brackets (``<cell x>``).
+    Library code, wherever it is installed, is neither."""
+    if filename.startswith("<"):
+        return True
+    cells = getattr(getattr(_ipython(), "compile", None), "_filename_map", None)
+    return bool(cells) and filename in cells
 
 
 def _student_frame(error: BaseException) -> tuple[str | None, str | None]:
