@@ -125,10 +125,22 @@ def scratch_root() -> Path:
     return Path(tempfile.gettempdir())
 
 
+def _sweep(root: Path) -> None:
+    """Remove the folders that dead processes left in ``root`` (a worker that was killed does
+    not clean up, and /dev/shm is memory): their names carry the process id."""
+    for folder in root.glob("grade-*"):
+        parts = folder.name.split("-")
+        pid = next((int(p) for p in parts[1:3] if p.isdigit()), None)
+        if pid is not None and not psutil.pid_exists(pid):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
 def _cache() -> Path:
     global _CACHE
     if _CACHE is None:
-        _CACHE = Path(tempfile.mkdtemp(prefix="grade-cache-", dir=scratch_root()))
+        _sweep(scratch_root())
+        prefix = f"grade-cache-{os.getpid()}-"
+        _CACHE = Path(tempfile.mkdtemp(prefix=prefix, dir=scratch_root()))
         atexit.register(shutil.rmtree, _CACHE, True)
     return _CACHE
 
@@ -373,7 +385,9 @@ def grade_submission(
     with _LOCK:
         t0 = time.perf_counter()
         seconds: dict[str, float] = {}
-        root = Path(tempfile.mkdtemp(prefix="grade-", dir=scratch_root())) / "course"
+        _cache()  # and the sweep, once per process
+        scratch = tempfile.mkdtemp(prefix=f"grade-{os.getpid()}-", dir=scratch_root())
+        root = Path(scratch) / "course"
         watchdog = None
         try:
             root.mkdir()
