@@ -100,7 +100,7 @@ class _KernelAsk:
         try:
             self.client.execute_cell(probe, self.index, store_history=False)
         except DeadKernelError:
-            return _no_answer("the kernel died")
+            return _no_answer("the kernel died (out of memory, or the code ended the process)")
         finally:
             cells[self.index] = original
         answers = [
@@ -109,9 +109,14 @@ class _KernelAsk:
             if out.get("output_type") == "display_data" and wire.MIME in out.get("data", {})
         ]
         if not answers:
-            errors = [out for out in probe.outputs if out.get("output_type") == "error"]
-            reason = errors[-1].get("ename", "an error") if errors else "no reply"
-            return _no_answer(f"{reason}; it may have run past the time limit")
+            errors = [
+                out.get("ename") for out in probe.outputs if out.get("output_type") == "error"
+            ]
+            if "CellTimeoutError" in errors:
+                return _no_answer(
+                    f"it ran past the time limit of {self.client.timeout} s (does it loop forever?)"
+                )
+            return _no_answer(f"it stopped with {errors[-1] if errors else 'no reply'}")
         try:
             return wire.decode_observation(answers[-1])
         except wire.WireError as error:

@@ -375,8 +375,7 @@ def failure_error(case: Case, failure: Failure) -> GradingError:
         return GradingError(failure.message)
     if failure.kind == "no answer":
         return GradingError(
-            f"the notebook's kernel gave no answer when {target} was called ({failure.message}): "
-            "it may loop forever, crash the kernel or take too long."
+            f"the notebook's kernel gave no answer when {target} was called: {failure.message}."
         )
     if failure.phase == "load" and case.module is not None:
         return GradingError(
