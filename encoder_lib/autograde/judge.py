@@ -85,14 +85,26 @@ class JudgeExecute(Execute):
 
 
 class _KernelAsk:
-    """An ``Ask`` that runs each ``Call`` in the student's kernel through nbgrader's client."""
+    """An ``Ask`` that runs each ``Call`` in the student's kernel through nbgrader's client.
+    ``prefetch`` sends an exercise's calls in one request; a call not answered by it (or asked
+    later, by a probe) makes its own round trip."""
 
     def __init__(self, client: JudgeExecute, index: int):
         self.client = client
         self.index = index
+        self.answers: dict[int, Observation] = {}
+
+    def prefetch(self, calls: list[Call]) -> None:
+        observations = self._request(calls)
+        if len(observations) == len(calls) and not any(_unanswered(o) for o in observations):
+            self.answers = {id(call): obs for call, obs in zip(calls, observations, strict=True)}
 
     def __call__(self, call: Call) -> Observation:
-        request = wire.encode_call(call)
+        cached = self.answers.pop(id(call), None)
+        return cached if cached is not None else self._request([call])[0]
+
+    def _request(self, calls: list[Call]) -> list[Observation]:
+        request = wire.encode_calls(calls)
         source = f"__import__('encoder_lib.grading.observe').grading.observe.serve({request!r})"
         probe = nbformat.v4.new_code_cell(source)
         cells = self.client.nb.cells
@@ -100,7 +112,7 @@ class _KernelAsk:
         try:
             self.client.execute_cell(probe, self.index, store_history=False)
         except DeadKernelError:
-            return _no_answer("the kernel died (out of memory, or the code ended the process)")
+            return [_no_answer("the kernel died (out of memory, or the code ended the process)")]
         finally:
             cells[self.index] = original
         answers = [
@@ -113,14 +125,21 @@ class _KernelAsk:
                 out.get("ename") for out in probe.outputs if out.get("output_type") == "error"
             ]
             if "CellTimeoutError" in errors:
-                return _no_answer(
-                    f"it ran past the time limit of {self.client.timeout} s (does it loop forever?)"
-                )
-            return _no_answer(f"it stopped with {errors[-1] if errors else 'no reply'}")
+                return [
+                    _no_answer(
+                        f"it ran past the time limit of {self.client.timeout} s (does it loop "
+                        "forever?)"
+                    )
+                ]
+            return [_no_answer(f"it stopped with {errors[-1] if errors else 'no reply'}")]
         try:
-            return wire.decode_observation(answers[-1])
+            return wire.decode_observations(answers[-1]) or [_no_answer("an empty answer")]
         except wire.WireError as error:
-            return _no_answer(f"its answer could not be read: {error}")
+            return [_no_answer(f"its answer could not be read: {error}")]
+
+
+def _unanswered(obs: Observation) -> bool:
+    return obs.failure is not None and obs.failure.kind == "no answer"
 
 
 def _no_answer(reason: str) -> Observation:

@@ -576,16 +576,16 @@ def _grad(t: torch.Tensor | None) -> torch.Tensor | None:
 
 def serve(request: str) -> None:
     """Answer one request from the grader (``encoder_lib.autograde.judge``): decode the
-    ``Call``, observe it in this kernel's namespace, publish the encoded ``Observation`` as
+    ``Call``s, observe each in this kernel's namespace, publish the encoded ``Observation``s as
     display data. Runs in the student's kernel; the grader trusts nothing it says beyond data."""
     from IPython.display import publish_display_data
 
     from . import wire
 
     try:
-        call = wire.decode_call(request)
+        calls = wire.decode_calls(request)
         namespace = _ipython().user_ns
-        obs = observe(namespace.__getitem__, call)
+        observations = [observe(namespace.__getitem__, call) for call in calls]
     except Exception as error:  # a request this kernel cannot run is an answer too
-        obs = Observation(failure=Failure("no answer", type(error).__name__, str(error)))
-    publish_display_data({wire.MIME: wire.encode_observation(obs)})
+        observations = [Observation(failure=Failure("no answer", type(error).__name__, str(error)))]
+    publish_display_data({wire.MIME: wire.encode_observations(observations)})

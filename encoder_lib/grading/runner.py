@@ -53,7 +53,9 @@ __all__ = [
 ]
 
 Ask = Callable[[Call], Observation]
-"""Runs a call on the student's code and returns what was observed."""
+"""Runs a call on the student's code and returns what was observed. An Ask may also have a
+``prefetch(calls)`` method: ``run`` then hands it every case's call first (the autograder
+sends them into the kernel together)."""
 
 Probe = Callable[[Observation, Ask], "str | None"]
 """Looks for a property the answer breaks; returns a description of the problem or None (or
@@ -221,7 +223,11 @@ def local(objects: Mapping[str, Any]) -> Ask:
 def run(exercise: Exercise, ask: Ask, thorough: bool = False) -> None:
     """Try every case of ``exercise``; raise the first ``GradingError``, located."""
     passed: list[Case] = []
-    for case in exercise.cases(thorough):
+    cases = list(exercise.cases(thorough))
+    prefetch = getattr(ask, "prefetch", None)
+    if prefetch is not None:  # a remote Ask answers all the cases' calls in one round trip
+        prefetch([case.call for case in cases])
+    for case in cases:
         try:
             obs = ask(case.call)
             _check_kind(exercise, obs)

@@ -22,7 +22,18 @@ import torch
 
 from .observe import Call, Failure, Observation, Opaque, Part
 
-__all__ = ["MIME", "encode_call", "decode_call", "encode_observation", "decode_observation"]
+__all__ = [
+    "MIME",
+    "WireError",
+    "encode_calls",
+    "decode_calls",
+    "encode_observations",
+    "decode_observations",
+    "encode_call",
+    "decode_call",
+    "encode_observation",
+    "decode_observation",
+]
 
 MIME = "application/vnd.encoder-lab.observation+json"
 """The display-data type a kernel answers with."""
@@ -148,36 +159,50 @@ class _Unpacker:
 # --- calls and observations ----------------------------------------------------------------------
 
 
-def encode_call(call: Call) -> str:
+_CALL_FIELDS = {f.name for f in fields(Call)}
+_OBSERVATION_FIELDS = {"value", "failure", "after", "grads", "info"}
+
+
+def encode_calls(calls: list[Call]) -> str:
+    """One message for several calls (the grader sends an exercise's cases at once)."""
     packer = _Packer()
-    return packer.message(packer.pack({f.name: getattr(call, f.name) for f in fields(Call)}))
+    return packer.message(packer.pack([{f: getattr(c, f) for f in _CALL_FIELDS} for c in calls]))
 
 
-def decode_call(message: str) -> Call:
+def decode_calls(message: str) -> list[Call]:
     unpacker = _Unpacker(message)
     body = unpacker.unpack(unpacker.body)
-    if type(body) is not dict or set(body) != {f.name for f in fields(Call)}:
-        raise WireError("not a call")
-    return Call(**body)
+    if type(body) is not list or not all(type(b) is dict and set(b) == _CALL_FIELDS for b in body):
+        raise WireError("not a list of calls")
+    return [Call(**b) for b in body]
 
 
-def encode_observation(obs: Observation) -> str:
+def encode_observations(observations: list[Observation]) -> str:
     packer = _Packer()
-    body = {
-        "value": obs.value,
-        "failure": None if obs.failure is None else asdict(obs.failure),
-        "after": obs.after,
-        "grads": obs.grads,
-        "info": obs.info,
-    }
+    body = [
+        {
+            "value": obs.value,
+            "failure": None if obs.failure is None else asdict(obs.failure),
+            "after": obs.after,
+            "grads": obs.grads,
+            "info": obs.info,
+        }
+        for obs in observations
+    ]
     return packer.message(packer.pack(body))
 
 
-def decode_observation(message: str) -> Observation:
-    """An ``Observation`` from a kernel's message; ``WireError`` for anything malformed."""
+def decode_observations(message: str) -> list[Observation]:
+    """The ``Observation``s in a kernel's message; ``WireError`` for anything malformed."""
     unpacker = _Unpacker(message)
     body = unpacker.unpack(unpacker.body)
-    if type(body) is not dict or set(body) != {"value", "failure", "after", "grads", "info"}:
+    if type(body) is not list:
+        raise WireError("not a list of observations")
+    return [_observation(b) for b in body]
+
+
+def _observation(body: Any) -> Observation:
+    if type(body) is not dict or set(body) != _OBSERVATION_FIELDS:
         raise WireError("not an observation")
     failure = body["failure"]
     if failure is not None:
@@ -197,3 +222,27 @@ def decode_observation(message: str) -> Observation:
     if type(info) is not dict:
         raise WireError("bad facts")
     return Observation(body["value"], failure, after, grads, info)
+
+
+def encode_call(call: Call) -> str:
+    return encode_calls([call])
+
+
+def decode_call(message: str) -> Call:
+    (call,) = _one(decode_calls(message))
+    return call
+
+
+def encode_observation(obs: Observation) -> str:
+    return encode_observations([obs])
+
+
+def decode_observation(message: str) -> Observation:
+    (obs,) = _one(decode_observations(message))
+    return obs
+
+
+def _one(items: list) -> list:
+    if len(items) != 1:
+        raise WireError(f"expected one item, got {len(items)}")
+    return items

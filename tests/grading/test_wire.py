@@ -36,6 +36,20 @@ def _call() -> Call:
     )
 
 
+def test_several_calls_travel_in_one_message_and_come_back_in_order():
+    calls = [_call(), Call("f", "f", (torch.ones(2),)), Call("g", "g")]
+    back = wire.decode_calls(wire.encode_calls(calls))
+    assert [c.target for c in back] == ["residual_block", "f", "g"]
+    observations = [Observation(value=i) for i in range(3)]
+    assert [o.value for o in wire.decode_observations(wire.encode_observations(observations))] == [
+        0,
+        1,
+        2,
+    ]
+    with pytest.raises(wire.WireError, match="one"):
+        wire.decode_call(wire.encode_calls(calls))
+
+
 def test_a_call_survives_the_trip_and_keeps_one_tensor_used_twice():
     call = _call()
     back = wire.decode_call(wire.encode_call(call))
@@ -129,7 +143,7 @@ def test_a_failure_with_fields_of_the_wrong_type_is_refused():
     body = {"dict": {"value": None, "failure": {"dict": packed}, "after": {"dict": {}}}}
     body["dict"] |= {"grads": {"dict": {}}, "info": {"dict": {}}}
     with pytest.raises(wire.WireError, match="failure"):
-        wire.decode_observation(_message(body))
+        wire.decode_observation(_message({"list": [body]}))
 
 
 def test_tensors_come_back_as_plain_tensors_whatever_was_sent():
@@ -139,7 +153,7 @@ def test_tensors_come_back_as_plain_tensors_whatever_was_sent():
     blob = safetensors.torch.save({"0": torch.zeros(2)})
     body = {"dict": {"value": {"t": "0"}, "failure": None, "after": {"dict": {}}}}
     body["dict"] |= {"grads": {"dict": {}}, "info": {"dict": {}}}
-    back = wire.decode_observation(_message(body, blob))
+    back = wire.decode_observation(_message({"list": [body]}, blob))
     assert type(back.value) is torch.Tensor
     obs = Observation(value=torch.zeros(2).as_subclass(Sneaky))
     assert type(wire.decode_observation(wire.encode_observation(obs)).value) is torch.Tensor

@@ -439,11 +439,14 @@ from encoder_lib.grading import wire as _wire
 from IPython.display import publish_display_data as _publish
 
 
-def _serve(request):
-    call = _wire.decode_call(request)
+def _made_up(call):
     shapes = [a for a in call.args if isinstance(a, torch.Tensor)]
-    value = torch.zeros_like(shapes[0]) if shapes else None
-    _publish({_wire.MIME: _wire.encode_observation(_observe.Observation(value=value))})
+    return _observe.Observation(value=torch.zeros_like(shapes[0]) if shapes else None)
+
+
+def _serve(request):
+    observations = [_made_up(call) for call in _wire.decode_calls(request)]
+    _publish({_wire.MIME: _wire.encode_observations(observations)})
 
 
 _observe.serve = _serve
