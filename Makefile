@@ -81,6 +81,8 @@ bench: setup
 	$(BIN)/python bench/bench_encoder.py
 	$(BIN)/python bench/bench_notebooks.py
 	$(BIN)/python bench/bench_grading.py
+	$(BIN)/python bench/bench_capstone.py
+	$(BIN)/python bench/bench_decoder_demo.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis gradebook.db
