@@ -27,12 +27,14 @@ Design choices:
 - (b) does not depend on (a) or (c): its scenario (``observe.SCENARIOS["capstone.train_step"]``,
   run in the student's kernel) builds the check's own small classifier, float64, with the
   weights the check sends, stale gradients already in ``.grad`` (as a previous step leaves them,
-  so a forgotten ``zero_grad`` shows at once) and a plain SGD optimiser; it calls the student's
-  ``train_step`` twice and records, after each call, the value returned, the parameters, and
-  what happened in between: the model's mode during each forward, the backward passes, the
-  optimiser steps and ``zero_grad`` calls, in order. Every comparison happens here, where the
-  same two steps are replayed with ``encoder_lib``. Dropout is deterministic while the student's
-  code runs (``observe.deterministic_dropout``), so a forward in eval mode shows in the values.
+  so a forgotten ``zero_grad`` shows at once) and a plain gradient-descent optimiser (``_SGD``,
+  not ``torch.optim``, whose first use imports ``torch._dynamo`` for seconds); it calls the
+  student's ``train_step`` twice and records, after each call, the value returned, the
+  parameters, and what happened in between: the model's mode during each forward, the backward
+  passes, the optimiser steps and ``zero_grad`` calls, in order. Every comparison happens here,
+  where the same two steps are replayed with ``encoder_lib``. Dropout is deterministic while the
+  student's code runs (``observe.deterministic_dropout``), so a forward in eval mode shows in
+  the values.
 - (c) does not depend on (a): its scenario replaces the notebook's global ``masked_mean`` (the
   one the solution's ``forward`` calls) by the reference while the forward runs, then puts the
   student's back.
@@ -250,18 +252,49 @@ check_masked_mean = runner.register(
 _STEP = "capstone.train_step"
 
 
+class _SGD:
+    """Plain gradient descent, ``p -= lr * p.grad``, with what a training step calls of an
+    optimiser: ``zero_grad(set_to_none=True)`` and ``step()``. It is not a ``torch.optim``
+    optimiser on purpose: building one imports ``torch._dynamo`` (seconds), which every graded
+    notebook would pay twice, in the kernel and in the grader."""
+
+    def __init__(self, parameters: Any, lr: float, events: list[str] | None = None):
+        self.params = list(parameters)
+        self.lr = lr
+        self.param_groups = [{"params": self.params, "lr": lr}]
+        self.events = events if events is not None else []
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self.events.append("zero_grad")
+        for p in self.params:
+            if set_to_none:
+                p.grad = None
+            elif p.grad is not None:
+                p.grad = torch.zeros_like(p)
+
+    @torch.no_grad()
+    def step(self, closure: Any = None) -> None:
+        self.events.append("step")
+        for p in self.params:
+            if p.grad is not None:
+                p.add_(p.grad, alpha=-self.lr)
+
+
 class _Log:
     """What happens to the model and the optimiser while ``train_step`` runs."""
 
-    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer):
-        self.events: list[str] = []
+    def __init__(self, model: nn.Module, optimizer: _SGD):
+        self.events = optimizer.events
         self.modes: list[bool] = []
         model.register_forward_pre_hook(self._forward)
         model.head.bias.register_post_accumulate_grad_hook(self._backward)
-        optimizer.register_step_post_hook(self._step)
-        for owner in (model, optimizer):
-            original = owner.zero_grad
-            object.__setattr__(owner, "zero_grad", self._counted(original))
+        original = model.zero_grad
+
+        def zero_grad(*args: Any, **kwargs: Any) -> Any:
+            self.events.append("zero_grad")
+            return original(*args, **kwargs)
+
+        object.__setattr__(model, "zero_grad", zero_grad)
 
     def _forward(self, module: nn.Module, args: Any) -> None:
         self.events.append("forward")
@@ -269,16 +302,6 @@ class _Log:
 
     def _backward(self, parameter: torch.Tensor) -> None:
         self.events.append("backward")
-
-    def _step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        self.events.append("step")
-
-    def _counted(self, zero_grad: Callable[..., Any]) -> Callable[..., Any]:
-        def counted(*args: Any, **kwargs: Any) -> Any:
-            self.events.append("zero_grad")
-            return zero_grad(*args, **kwargs)
-
-        return counted
 
     def take(self) -> dict[str, Any]:
         facts = {"events": list(self.events), "modes": list(self.modes)}
@@ -301,7 +324,7 @@ def _run_train_step(lookup: Callable[[str], Any], call: Call) -> Observation:
     for name, p in model.named_parameters():
         p.grad = options["stale"][name].clone()
     model.train(call.train)
-    optimizer = torch.optim.SGD(model.parameters(), lr=options["lr"])
+    optimizer = _SGD(model.parameters(), options["lr"])
     log = _Log(model, optimizer)
     steps: list[dict[str, Any]] = []
     with observe.student_mode(call.exercise, call.seed) as seen:
@@ -396,7 +419,7 @@ class _StepSetup:
         """One right step from ``state``: (loss, parameters after). With ``grads`` (what .grad
         held before), the step that forgets to clear them."""
         model = self.fresh(state).train()
-        optimizer = torch.optim.SGD(model.parameters(), lr=_LR)
+        optimizer = _SGD(model.parameters(), _LR)
         with reference_mode():
             loss = F.cross_entropy(model(ids), labels)
         loss.backward()
