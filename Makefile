@@ -59,7 +59,7 @@ lint: setup
 	$(BIN)/ruff format --check .
 
 test: lint
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest --durations=25
 	# nbval: re-execute every solution notebook and compare with its committed outputs, three
 	# times in a row to prove the outputs are deterministic.
 	for run in 1 2 3; do echo "nbval run $$run of 3"; $(NBVAL) || exit 1; done

@@ -1,6 +1,6 @@
 """encoder_lib.autograde.feedback: maths as MathML, no network scripts, wrapping outputs.
 
-The page in a real browser (network blocked) is checked in tests/ui/test_feedback.py.
+The page in a real browser (network blocked) is checked in tests/ui/test_feedback_page.py.
 """
 
 from __future__ import annotations
