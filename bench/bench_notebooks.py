@@ -2,10 +2,11 @@
 
     python bench/bench_notebooks.py [--repeat N] [ASSIGNMENT ...]
 
-Targets: each notebook's Run All within 15 s on a 2-core laptop (issue 3), and its kernel's peak
-memory under 450 MB, the memory mybinder.org guarantees a user (issue 8). The kernel start is
-timed separately (it is paid once per notebook whatever the notebook does). Peak memory is the
-kernel process's high-water mark of resident memory (VmHWM in /proc), in MiB.
+Targets: each notebook's Run All within 15 s on a 2-core laptop (issue 3; the capstone, which
+trains a model, within 60 s: issue 9), and its kernel's peak memory under 450 MB, the memory
+mybinder.org guarantees a user (issue 8). The kernel start is timed separately (it is paid once
+per notebook whatever the notebook does). Peak memory is the kernel process's high-water mark of
+resident memory (VmHWM in /proc), in MiB.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tools.build_course import SOLUTIONS, assignments
 
 TIME_TARGET_S = 15.0
+TIME_TARGETS_S = {"06_sentiment_capstone": 60.0}  # the capstone trains its model in Run All
 MEMORY_TARGET_MB = 450.0  # Binder's guaranteed memory per user
 
 
@@ -58,14 +60,16 @@ def main() -> None:
     names = args.assignments or assignments()
     header = f"{'notebook':<26} {'kernel start s':>14} {'run all s':>10} {'peak MB':>8}"
     print(f"load average {os.getloadavg()[0]:.2f} (timings are noisy on a shared machine)")
-    print(header + f"  within {TIME_TARGET_S:.0f} s / {MEMORY_TARGET_MB:.0f} MB")
+    print(header + f"  target s  within target / {MEMORY_TARGET_MB:.0f} MB")
     for name in names:
         runs = [run_once(SOLUTIONS / name / f"{name}.ipynb") for _ in range(args.repeat)]
         start = statistics.median(r[0] for r in runs)
         run_all = statistics.median(r[1] for r in runs)
         peak = max(r[2] for r in runs)
-        ok = run_all <= TIME_TARGET_S and peak <= MEMORY_TARGET_MB
-        print(f"{name:<26} {start:>14.2f} {run_all:>10.2f} {peak:>8.0f}  {'yes' if ok else 'NO'}")
+        target = TIME_TARGETS_S.get(name, TIME_TARGET_S)
+        ok = run_all <= target and peak <= MEMORY_TARGET_MB
+        verdict = "yes" if ok else "NO"
+        print(f"{name:<26} {start:>14.2f} {run_all:>10.2f} {peak:>8.0f}  {target:>8.0f}  {verdict}")
     print(f"(medians of {args.repeat} runs; peak = largest of the runs)")
     print(f"load average {os.getloadavg()[0]:.2f} at the end")
 
