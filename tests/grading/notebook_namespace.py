@@ -25,7 +25,7 @@ from variants import Variant, load
 
 import encoder_lib
 from encoder_lib import grading
-from encoder_lib.grading import GradingError
+from encoder_lib.grading import GradingError, observe, runner, wire
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -170,3 +170,29 @@ def expect_exported(module: Any, names: set[str]) -> None:
     assert set(module.__all__) == names
     for name in names:
         assert getattr(grading, name) is getattr(module, name)
+
+
+def through_the_wire(objects: Mapping[str, Any]) -> runner.Ask:
+    """An ``Ask`` that sends each call and its observation through ``wire``, as the autograder
+    does with the student's kernel: every call of a check must survive the trip."""
+
+    def ask(call: observe.Call) -> observe.Observation:
+        sent = wire.decode_call(wire.encode_call(call))
+        seen = observe.observe(objects.__getitem__, sent)
+        return wire.decode_observation(wire.encode_observation(seen))
+
+    return ask
+
+
+def verdicts_here_and_wired(namespace: Mapping[str, Any], test_cell: str) -> list[str | None]:
+    """The thorough verdict of ``test_cell``'s exercise on ``namespace`` (None: passed, else the
+    error's text), asked in this process and then through the wire."""
+    exercise = runner.EXERCISES[test_cell]
+    verdicts: list[str | None] = []
+    for ask in (runner.local(namespace), through_the_wire(namespace)):
+        try:
+            runner.run(exercise, ask, thorough=True)
+            verdicts.append(None)
+        except GradingError as error:
+            verdicts.append(str(error))
+    return verdicts

@@ -11,13 +11,12 @@ import warnings
 
 import pytest
 import torch
-from notebook_namespace import Check, SolutionNotebook, expect_exported, stub
+from notebook_namespace import Check, SolutionNotebook, expect_exported, stub, through_the_wire
 
 import encoder_lib
 from encoder_lib import grading
-from encoder_lib.grading import ForbiddenCallError, GradingError, runner, wire
+from encoder_lib.grading import ForbiddenCallError, GradingError, runner
 from encoder_lib.grading import attention as checks
-from encoder_lib.grading.observe import Call, Observation, observe
 
 # test cell grade_id -> (answer cell grade_id, name the answer defines, check)
 CHECKS = {
@@ -190,21 +189,10 @@ def test_right_answer_prints_nothing_and_warns_nothing(name, capsys, recwarn):
     assert len(recwarn) == 0
 
 
-def _through_the_wire(objects: dict) -> runner.Ask:
-    """An ``Ask`` that sends each call and its observation through ``wire`` as the autograder
-    does with the student's kernel: every call of the checks must survive the trip."""
-
-    def ask(call: Call) -> Observation:
-        sent = wire.decode_call(wire.encode_call(call))
-        return wire.decode_observation(wire.encode_observation(observe(objects.__getitem__, sent)))
-
-    return ask
-
-
 @pytest.mark.parametrize("name", list(RIGHT))
 def test_every_call_crosses_the_wire_and_is_judged_the_same(name):
     exercise = runner.EXERCISES[f"test_{name}"]
-    runner.run(exercise, _through_the_wire(RIGHT), thorough=True)
+    runner.run(exercise, through_the_wire(RIGHT), thorough=True)
     wrong = {
         "attention_scores": lambda q, k: q @ k.transpose(-2, -1),
         "masked_softmax": lambda s, m=None: torch.softmax(s, dim=-2),
@@ -212,7 +200,7 @@ def test_every_call_crosses_the_wire_and_is_judged_the_same(name):
         "scaled_dot_product_attention": lambda q, k, v, m=None: _attention(q, k, v, m)[::-1],
     }
     errors = []
-    for ask in (runner.local({**RIGHT, name: wrong[name]}), _through_the_wire({name: wrong[name]})):
+    for ask in (runner.local({**RIGHT, name: wrong[name]}), through_the_wire({name: wrong[name]})):
         with pytest.raises(GradingError) as info:
             runner.run(exercise, ask, thorough=True)
         errors.append(info.value.lines())

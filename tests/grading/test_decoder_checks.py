@@ -12,7 +12,14 @@ import re
 import pytest
 import torch
 import torch.nn.functional as F
-from notebook_namespace import Check, SolutionNotebook, expect_exported, returning_subclass, stub
+from notebook_namespace import (
+    Check,
+    SolutionNotebook,
+    expect_exported,
+    returning_subclass,
+    stub,
+    verdicts_here_and_wired,
+)
 from variants import Variant
 
 import encoder_lib
@@ -153,17 +160,6 @@ def test_tensor_subclass_output_is_rejected(test_cell):
 # --- the parts handed to student code cross the wire ---------------------------------------------
 
 
-def _through_the_wire(namespace: dict) -> runner.Ask:
-    """An Ask that sends each Call and its Observation through the wire, as at autograde."""
-
-    def ask(call: observe.Call) -> observe.Observation:
-        received = wire.decode_call(wire.encode_call(call))
-        obs = observe.observe(namespace.__getitem__, received)
-        return wire.decode_observation(wire.encode_observation(obs))
-
-    return ask
-
-
 WIRED = [v for v in BUGGY + CORRECT if v.cell in ("cross_attention", "greedy_decode")]
 WIRED += [v for v in BUGGY if v.name in ("causal_triu", "causal_calls_attention_twice")]
 
@@ -171,14 +167,7 @@ WIRED += [v for v in BUGGY if v.name in ("causal_triu", "causal_calls_attention_
 @pytest.mark.parametrize("variant", WIRED, ids=[v.name for v in WIRED])
 def test_answers_given_parts_are_judged_the_same_through_the_wire(variant: Variant):
     namespace = NOTEBOOK.namespace({variant.cell: variant.source})
-    exercise = runner.EXERCISES[f"test_{variant.cell}"]
-    verdicts = []
-    for ask in (runner.local(namespace), _through_the_wire(namespace)):
-        try:
-            runner.run(exercise, ask, thorough=True)
-            verdicts.append(None)
-        except GradingError as error:
-            verdicts.append(str(error))
+    verdicts = verdicts_here_and_wired(namespace, f"test_{variant.cell}")
     assert verdicts[0] == verdicts[1]
     assert (verdicts[0] is None) == (f"test_{variant.cell}" not in variant.fails)
 

@@ -10,7 +10,14 @@ import re
 
 import pytest
 import torch
-from notebook_namespace import Check, SolutionNotebook, expect_exported, returning_subclass, stub
+from notebook_namespace import (
+    Check,
+    SolutionNotebook,
+    expect_exported,
+    returning_subclass,
+    stub,
+    verdicts_here_and_wired,
+)
 from variants import Variant
 
 import encoder_lib
@@ -160,31 +167,13 @@ def test_tensor_subclass_output_is_rejected(test_cell):
 # --- the Encoder's scenario: recording layers in the kernel, judging here -------------------------
 
 
-def _through_the_wire(namespace: dict) -> runner.Ask:
-    """An Ask that sends each Call and its Observation through the wire, as at autograde."""
-
-    def ask(call: observe.Call) -> observe.Observation:
-        received = wire.decode_call(wire.encode_call(call))
-        obs = observe.observe(namespace.__getitem__, received)
-        return wire.decode_observation(wire.encode_observation(obs))
-
-    return ask
-
-
 ENCODER_ANSWERS = [v for v in BUGGY + CORRECT if v.cell == "encoder"]
 
 
 @pytest.mark.parametrize("variant", ENCODER_ANSWERS, ids=[v.name for v in ENCODER_ANSWERS])
 def test_the_encoder_is_judged_the_same_through_the_wire(variant: Variant):
     namespace = NOTEBOOK.namespace({variant.cell: variant.source})
-    exercise = runner.EXERCISES["test_encoder"]
-    verdicts = []
-    for ask in (runner.local(namespace), _through_the_wire(namespace)):
-        try:
-            runner.run(exercise, ask, thorough=True)
-            verdicts.append(None)
-        except GradingError as error:
-            verdicts.append(str(error))
+    verdicts = verdicts_here_and_wired(namespace, "test_encoder")
     assert verdicts[0] == verdicts[1]
     assert (verdicts[0] is None) == ("test_encoder" not in variant.fails)
 

@@ -8,14 +8,20 @@ from __future__ import annotations
 
 import pytest
 import torch
-from notebook_namespace import SNEAKY, Check, SolutionNotebook, expect_exported, stub
+from notebook_namespace import (
+    SNEAKY,
+    Check,
+    SolutionNotebook,
+    expect_exported,
+    stub,
+    through_the_wire,
+)
 from torch import nn
 
 import encoder_lib
 from encoder_lib import grading
-from encoder_lib.grading import ForbiddenCallError, GradingError, runner, wire
+from encoder_lib.grading import ForbiddenCallError, GradingError, runner
 from encoder_lib.grading import multi_head as checks
-from encoder_lib.grading.observe import Call, Observation, observe
 
 # test cell grade_id -> (answer cell grade_id, the name the answer defines, its check)
 CHECKS = {
@@ -334,23 +340,10 @@ def test_weights_returned_before_dropout_are_accepted_in_training():
     grading.check_multi_head_attention(ns["MultiHeadAttention"], thorough=True)
 
 
-def _through_the_wire(namespace: dict) -> runner.Ask:
-    """An ``Ask`` that sends each call and its observation through ``wire``, as the autograder
-    does with the student's kernel."""
-
-    def ask(call: Call) -> Observation:
-        sent = wire.decode_call(wire.encode_call(call))
-        return wire.decode_observation(
-            wire.encode_observation(observe(namespace.__getitem__, sent))
-        )
-
-    return ask
-
-
 @pytest.mark.parametrize("test_cell", list(CHECKS))
 def test_every_call_crosses_the_wire_and_is_judged_the_same(test_cell):
     exercise = runner.EXERCISES[test_cell]
-    runner.run(exercise, _through_the_wire(NOTEBOOK.namespace()), thorough=True)
+    runner.run(exercise, through_the_wire(NOTEBOOK.namespace()), thorough=True)
     wrong = {
         "test_split_heads": "split_interleaved",
         "test_merge_heads": "merge_view_after_transpose",
@@ -359,7 +352,7 @@ def test_every_call_crosses_the_wire_and_is_judged_the_same(test_cell):
     variant = next(v for v in BUGGY if v.name == wrong)
     namespace = NOTEBOOK.namespace({variant.cell: variant.source})
     errors = []
-    for ask in (runner.local(namespace), _through_the_wire(namespace)):
+    for ask in (runner.local(namespace), through_the_wire(namespace)):
         with pytest.raises(GradingError) as info:
             runner.run(exercise, ask, thorough=True)
         errors.append(info.value)
