@@ -90,14 +90,24 @@ def test_a_binder_session_shows_only_the_student_edition():
 
 
 def test_student_jupyter_config_disables_every_nbgrader_extension():
-    """binder/jupyter/ (used by `make lab`) switches off exactly what nbgrader switches on."""
+    """binder/jupyter/ (used by `make lab`) switches off exactly what nbgrader switches on, and
+    JupyterLab's announcements (its news toast), as binder/postBuild does."""
     installed = Path(sysconfig.get_paths()["data"]) / "etc" / "jupyter"
     nbgrader = json.loads((installed / "jupyter_server_config.d" / "nbgrader.json").read_text())
     ours = json.loads((BINDER / "jupyter" / "jupyter_server_config.json").read_text())
     enabled = nbgrader["ServerApp"]["jpserver_extensions"]
     assert ours["ServerApp"]["jpserver_extensions"] == dict.fromkeys(enabled, False)
     page = json.loads((BINDER / "jupyter" / "labconfig" / "page_config.json").read_text())
-    assert page == {"disabledExtensions": {"@jupyter/nbgrader": True}}
+    assert page == {
+        "disabledExtensions": {
+            "@jupyter/nbgrader": True,
+            "@jupyterlab/apputils-extension:announcements": True,
+        }
+    }
+    assert (
+        'labextension disable "@jupyterlab/apputils-extension:announcements"'
+        in (BINDER / "postBuild").read_text()
+    )
 
 
 def test_jupyter_sees_the_student_config():

@@ -396,10 +396,13 @@ def test_make_lab_opens_the_first_notebook_and_reaches_every_one(student_lab, br
             assert json.load(r)["type"] == "notebook"
     menus = " ".join(page.locator(".lm-MenuBar-itemLabel").all_inner_texts())
     assert "Nbgrader" not in menus and "File" in menus
-    assert "@jupyter/nbgrader" in page.evaluate(
+    disabled = page.evaluate(
         "() => JSON.parse(document.getElementById('jupyter-config-data').textContent)"
         ".disabledExtensions"
     )
+    assert "@jupyter/nbgrader" in disabled
+    assert "@jupyterlab/apputils-extension:announcements" in disabled  # no news toast
+    assert "Jupyter news" not in " ".join(page.locator(".Toastify__toast").all_inner_texts())
     with pytest.raises(urllib.error.HTTPError, match="404"):
         urllib.request.urlopen(student_lab.address("formgrader"))
     log = student_lab.log.read_text()
