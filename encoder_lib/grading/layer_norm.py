@@ -7,13 +7,9 @@
 - ``check_residual_block(residual_block)``: exercise 3, ``norm(x + sublayer(x))`` (post-norm) or
   ``x + sublayer(norm(x))`` (pre-norm).
 
-The catalogue: the unbiased variance (D - 1, ``torch.var``'s and ``torch.std``'s default), eps
-outside the square root, no eps, ``std + eps``, an ignored eps argument or ``self.eps``, missing
-weight and/or bias or the bias applied before the weight, normalising over the batch or sequence
-axis (or several axes); for the residual block: a missing residual, a missing norm, pre-norm
-where post-norm was asked and the reverse, the norm applied twice, the residual taken from the
-normalised input, the norm applied to the sublayer's output, a sublayer or norm called more than
-once, no gradient along the skip path. ``F.layer_norm`` (hence ``nn.LayerNorm``),
+The catalogue: the usual slips of the variance (D - 1), of eps, of the gain and offset and of the
+axis; for the residual block, every wrong arrangement of x, sublayer and norm, a part called more
+than once and no gradient along the skip path. ``F.layer_norm`` (hence ``nn.LayerNorm``),
 ``torch.layer_norm``, group/instance/batch norm and ``encoder_lib.LayerNorm`` are forbidden.
 """
 
@@ -22,6 +18,8 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Iterator
+from functools import partial
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -60,108 +58,73 @@ _DEFAULT_EPS = 1e-5
 # --- the reference and its mistakes --------------------------------------------------------------
 
 
-def _reference(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, eps: float) -> torch.Tensor:
-    ref = encoder_lib.LayerNorm(x.shape[-1], eps).to(x.dtype)
+def _layer_norm(weight, bias, eps: float = _DEFAULT_EPS, dtype=torch.float64) -> torch.nn.Module:
+    """The course's LayerNorm holding this gain and offset."""
+    norm = encoder_lib.LayerNorm(weight.shape[0], eps).to(dtype)
     with torch.no_grad():
-        ref.weight.copy_(w)
-        ref.bias.copy_(b)
-        return ref(x)
+        norm.weight.copy_(weight)
+        norm.bias.copy_(bias)
+    return norm
+
+
+def _reference(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, eps: float) -> torch.Tensor:
+    with torch.no_grad():
+        return _layer_norm(w, b, eps, x.dtype)(x)
 
 
 def _variant(
-    x: torch.Tensor,
-    w: torch.Tensor,
-    b: torch.Tensor,
-    eps: float,
-    dims: tuple[int, ...] = (-1,),
-    correction: int = 0,
-    eps_at: str = "inside",
-    affine: str = "both",
+    x, w, b, eps: float, dims=(-1,), correction=0, eps_at: str = "inside", affine: str = "both"
 ) -> torch.Tensor:
-    """LayerNorm written with one deliberate mistake (or none, with the defaults)."""
+    """LayerNorm written with one deliberate mistake (or none, with the defaults): ``eps_at`` is
+    ``"inside"``, ``"outside"`` or ``"none"``, ``affine`` which of weight and bias are applied
+    (``"both"``, ``"weight"``, ``"bias"``, ``"none"``, or ``"bias_first"``)."""
     with torch.no_grad():
-        mean = x.mean(dim=dims, keepdim=True)
         var = x.var(dim=dims, correction=correction, keepdim=True)
-        if eps_at == "inside":
-            x_hat = (x - mean) / torch.sqrt(var + eps)
-        elif eps_at == "outside":
-            x_hat = (x - mean) / (torch.sqrt(var) + eps)
-        else:
-            x_hat = (x - mean) / torch.sqrt(var)
-        return {
-            "both": lambda: x_hat * w + b,
-            "weight": lambda: x_hat * w,
-            "bias": lambda: x_hat + b,
-            "bias_first": lambda: (x_hat + b) * w,
-            "none": lambda: x_hat,
-        }[affine]()
+        root = torch.sqrt(var + eps) if eps_at == "inside" else torch.sqrt(var)
+        x_hat = (x - x.mean(dim=dims, keepdim=True)) / (root + eps if eps_at == "outside" else root)
+        if affine == "bias_first":
+            return (x_hat + b) * w
+        scaled = x_hat * w if affine in ("both", "weight") else x_hat
+        return scaled + b if affine in ("both", "bias") else scaled
 
 
-@dataclasses.dataclass(frozen=True)
-class _Names:
-    """How the messages call eps, weight and bias: arguments, or the module's attributes."""
-
-    module: bool
-
-    def __getattr__(self, name: str) -> str:
-        prefix = "self." if self.module else ""
-        if name == "eps_source":
-            return "`self.eps`" if self.module else "the `eps` argument"
-        return prefix + name
-
-
-def _mistakes(x, w, b, eps: float, n: _Names) -> dict[str, torch.Tensor]:
+def _mistakes(x, w, b, eps: float, n: SimpleNamespace) -> dict[str, torch.Tensor]:
     """Description -> the output of that mistake on these inputs. Combinations come before the
     single mistakes they contain, so that the most complete name wins."""
     m: dict[str, torch.Tensor] = {}
 
-    def add(description: str, **kwargs: Any) -> None:
-        m[description] = _variant(x, w, b, kwargs.pop("eps", eps), **kwargs)
+    def add(description: str, eps: float = eps, **how: Any) -> None:
+        m[description] = _variant(x, w, b, eps, **how)
 
-    add(
+    catalogue: dict[str, dict[str, Any]] = {
         "it divides by `std + eps`, the formula of some tutorials. torch.std is the unbiased "
         "standard deviation (it divides by D - 1), and eps is added outside the square root. "
-        "LayerNorm divides by sqrt(var + eps) with the biased variance (divide by D).",
-        correction=1,
-        eps_at="outside",
-    )
-    add(
+        "LayerNorm divides by sqrt(var + eps) with the biased variance "
+        "(divide by D).": {"correction": 1, "eps_at": "outside"},
         "it divides by the unbiased standard deviation with no eps at all (`x.std(dim=-1)` "
         "divides by D - 1). LayerNorm divides by sqrt(var + eps), with the biased variance "
-        "(divide by D) and eps inside the square root.",
-        correction=1,
-        eps_at="none",
-    )
-    add(
+        "(divide by D) and eps inside the square root.": {"correction": 1, "eps_at": "none"},
         "it uses the unbiased variance, dividing by D - 1 (the default of torch.var and "
         "torch.std). LayerNorm uses the biased variance, dividing by D: "
-        "`x.var(dim=-1, unbiased=False, keepdim=True)` or the mean of the squared deviations.",
-        correction=1,
-    )
-    add(
+        "`x.var(dim=-1, unbiased=False, keepdim=True)` or the mean of the squared "
+        "deviations.": {"correction": 1},
         f"eps is added outside the square root, (x - mean) / (sqrt(var) + {n.eps}). It belongs "
         f"inside: (x - mean) / sqrt(var + {n.eps}). The two differ most when the variance is "
-        "tiny, exactly where eps matters.",
-        eps_at="outside",
-    )
-    add(
+        "tiny, exactly where eps matters.": {"eps_at": "outside"},
         "it has no eps at all: dividing by sqrt(var) (or by the std) divides by zero when a "
         f"position's D features are all equal. Add {n.eps} inside the square root: "
-        f"sqrt(var + {n.eps}).",
-        eps_at="none",
-    )
-    add(
+        f"sqrt(var + {n.eps}).": {"eps_at": "none"},
         f"it ignores {n.weight} and {n.bias} (the gain gamma and the offset beta): multiply "
-        f"the normalised x by {n.weight}, then add {n.bias}.",
-        affine="none",
-    )
-    add(f"it ignores {n.weight} (the gain gamma): multiply the normalised x by it.", affine="bias")
-    add(f"it ignores {n.bias} (the offset beta): add it after the gain.", affine="weight")
-    add(
+        f"the normalised x by {n.weight}, then add {n.bias}.": {"affine": "none"},
+        f"it ignores {n.weight} (the gain gamma): multiply the normalised x by it.": {
+            "affine": "bias"
+        },
+        f"it ignores {n.bias} (the offset beta): add it after the gain.": {"affine": "weight"},
         f"it adds {n.bias} before multiplying by {n.weight}. The output is "
-        f"x_hat * {n.weight} + {n.bias}: scale first, then shift.",
-        affine="bias_first",
-    )
+        f"x_hat * {n.weight} + {n.bias}: scale first, then shift.": {"affine": "bias_first"},
+    }
+    for description, how in catalogue.items():
+        add(description, **how)
     axis = "it normalises over the wrong axis: "
     own = "LayerNorm normalises each position over its own D features"
     if x.dim() >= 2 and x.shape[0] > 1:
@@ -233,9 +196,14 @@ class _Form:
 
     def __init__(self, module: bool):
         self.module = module
-        self.names = _Names(module)
         self.exercise = "layer_norm_module" if module else "layer_norm"
         self.target = "LayerNorm" if module else "layer_norm"
+        prefix = "self." if module else ""
+        self.names = SimpleNamespace(  # how the messages call eps, weight and bias
+            **{name: prefix + name for name in ("eps", "weight", "bias")},
+            eps_source="`self.eps`" if module else "the `eps` argument",
+        )
+        self.inputs = {} if module else {"args[0]": "x", "args[1]": "weight", "args[2]": "bias"}
 
     def call(self, x, w, b, eps: float | None, **extra: Any) -> Call:
         eps_kwargs = {} if eps is None else {"eps": eps}
@@ -255,57 +223,35 @@ class _Form:
 
     def what(self, x: torch.Tensor, eps: float | None) -> str:
         eps_text = "" if eps is None else f", eps={eps:g}"
-        call = (
-            f"LayerNorm({x.shape[-1]}{eps_text})(x)"
-            if self.module
-            else (f"layer_norm(x, weight, bias{eps_text})")
-        )
+        if self.module:
+            call = f"LayerNorm({x.shape[-1]}{eps_text})(x)"
+        else:
+            call = f"layer_norm(x, weight, bias{eps_text})"
         dtype = "" if x.dtype == torch.float64 else f" ({x.dtype})"
         return f"{call} with x of shape {tuple(x.shape)}{dtype}"
 
-    def spec(self, d: int, eps: float | None) -> ModuleSpec | None:
+    def spec(self, d: int, eps: float) -> ModuleSpec | None:
         if not self.module:
             return None
-        given = "keep the given __init__"
         return ModuleSpec(
             parameters=("weight", "bias"),
             names_message=(
                 f"LayerNorm({d}) should have exactly two parameters, `weight` and `bias` (the "
-                "names nn.LayerNorm uses, so that load_state_dict works), got {got}: "
-                f"{given}."
+                "names nn.LayerNorm uses, so that load_state_dict works), got {got}: keep the "
+                "given __init__."
             ),
             initial={"weight": 1.0, "bias": 0.0},
-            attrs={"eps": _DEFAULT_EPS if eps is None else eps},
-            keep_init=given,
+            attrs={"eps": eps},
         )
-
-    def inputs(self) -> dict[str, str]:
-        return {} if self.module else {"args[0]": "x", "args[1]": "weight", "args[2]": "bias"}
 
     def cases(self, thorough: bool) -> Iterator[Case]:
         for x, w, b, eps in _inputs(thorough):
             yield self.case(x, w, b, eps)
         if thorough:
-            x, w, b, _ = _inputs(False)[0]
-            yield self.gradient_case(x, w, b)
+            yield self.gradient_case(*_inputs(False)[0][:3])
 
     def case(self, x, w, b, eps: float | None) -> Case:
         actual_eps = _DEFAULT_EPS if eps is None else eps
-        names = self.names
-        call = self.call(x, w, b, eps)
-
-        def nan_where_constant(obs: Observation, ask: Ask) -> str | None:
-            got = obs.value
-            if bool(torch.isnan(got).any()) and bool((x == x[..., :1]).all(dim=-1).any()):
-                return (
-                    "it gives NaN for a position whose D features are all equal: its variance "
-                    "is 0, so dividing by sqrt(var) divides by zero. That is what eps is for: "
-                    f"divide by sqrt(var + {names.eps}), with eps inside the square root."
-                )
-            return None
-
-        def diagnosis(obs: Observation, ask: Ask) -> str | None:
-            return self.diagnose(obs.value, x, w, b, eps, actual_eps, ask)
 
         def rank_hint(failure: observe.Failure) -> str | None:
             if "out of range" not in failure.message:
@@ -317,20 +263,26 @@ class _Form:
             )
 
         return Case(
-            call,
+            self.call(x, w, b, eps),
             self.what(x, eps),
             expected=lambda: _reference(x, w, b, actual_eps),
-            mistakes=lambda: _mistakes(x, w, b, actual_eps, names),
-            probes=(nan_where_constant, diagnosis),
+            mistakes=lambda: _mistakes(x, w, b, actual_eps, self.names),
+            probes=(partial(self.diagnose, x, w, b, eps),),
             letters=("the shape of x",),
-            module=self.spec(x.shape[-1], eps),
-            inputs=self.inputs(),
+            module=self.spec(x.shape[-1], actual_eps),
+            inputs=self.inputs,
             failure_hint=rank_hint,
         )
 
-    def diagnose(self, got, x, w, b, eps, actual_eps, ask: Ask) -> str | None:
+    def diagnose(self, x, w, b, eps: float | None, obs: Observation, ask: Ask) -> str | None:
         """No known mistake matched: look for a property that explains the difference."""
-        names = self.names
+        got, names = obs.value, self.names
+        if bool(torch.isnan(got).any()) and bool((x == x[..., :1]).all(dim=-1).any()):
+            return (
+                "it gives NaN for a position whose D features are all equal: its variance "
+                "is 0, so dividing by sqrt(var) divides by zero. That is what eps is for: "
+                f"divide by sqrt(var + {names.eps}), with eps inside the square root."
+            )
 
         def rerun(x_: torch.Tensor, w_: torch.Tensor, b_: torch.Tensor) -> Any:
             obs = ask(self.call(x_, w_, b_, eps))
@@ -352,9 +304,8 @@ class _Form:
                     "position's own D features: dim=-1."
                 )
         plain = rerun(x, torch.ones_like(w), torch.zeros_like(b))
-        if not isinstance(plain, torch.Tensor) or plain.shape != x.shape:
-            return None
-        if not bool(torch.isfinite(plain).all()):
+        usable = isinstance(plain, torch.Tensor) and plain.shape == x.shape
+        if not usable or not bool(torch.isfinite(plain).all()):
             return None
         if float(plain.mean(dim=-1).abs().max()) > 1e-6:
             return (
@@ -363,6 +314,7 @@ class _Form:
                 "dimension (keepdim=True so that it broadcasts)."
             )
         var = x.var(dim=-1, correction=0)
+        actual_eps = _DEFAULT_EPS if eps is None else eps
         if not close(plain.var(dim=-1, correction=0), var / (var + actual_eps), 1e-6, 1e-4):
             return (
                 f"with {names.weight} = 1 and {names.bias} = 0 each position's output should have "
@@ -380,42 +332,23 @@ class _Form:
     def gradient_case(self, x, w, b) -> Case:
         """Gradients of x, weight and bias, with the default eps."""
         upstream = randn(*x.shape, seed=97)
-        rx, rw, rb = (t.detach().clone().requires_grad_() for t in (x, w, b))
-        ref = encoder_lib.LayerNorm(x.shape[-1]).to(x.dtype)
-        with torch.no_grad():
-            ref.weight.copy_(rw)
-            ref.bias.copy_(rb)
-        (ref(rx) * upstream).sum().backward()
-        n = self.names
+        leaf, ref = x.clone().requires_grad_(), _layer_norm(w, b, dtype=x.dtype)
+        (ref(leaf) * upstream).sum().backward()
         if self.module:
-            grad = ("args[0]", "parameters")
-            expected = {
-                "args[0]": rx.grad,
-                "parameters.weight": ref.weight.grad,
-                "parameters.bias": ref.bias.grad,
-            }
+            grad, weight, bias = ("args[0]", "parameters"), "parameters.weight", "parameters.bias"
         else:
-            grad = ("args[0]", "args[1]", "args[2]")
-            expected = {"args[0]": rx.grad, "args[1]": ref.weight.grad, "args[2]": ref.bias.grad}
+            grad, weight, bias = ("args[0]", "args[1]", "args[2]"), "args[1]", "args[2]"
         return Case(
             self.call(x, w, b, None, grad=grad, upstream=(upstream,)),
             self.what(x, None) + ", backpropagating",
             expected=lambda: _reference(x, w, b, _DEFAULT_EPS),
             letters=("the shape of x",),
-            module=self.spec(x.shape[-1], None),
-            inputs=self.inputs(),
-            grads=expected,
-            grad_names={
-                "args[0]": "x",
-                "args[1]": n.weight,
-                "args[2]": n.bias,
-                "parameters.weight": n.weight,
-                "parameters.bias": n.bias,
-            },
+            module=self.spec(x.shape[-1], _DEFAULT_EPS),
+            inputs=self.inputs,
+            grads={"args[0]": leaf.grad, weight: ref.weight.grad, bias: ref.bias.grad},
+            grad_names={"args[0]": "x", weight: self.names.weight, bias: self.names.bias},
         )
 
-
-_FUNCTION, _MODULE = _Form(module=False), _Form(module=True)
 
 check_layer_norm = register(
     Exercise(
@@ -425,7 +358,7 @@ check_layer_norm = register(
         "test_layer_norm",
         "function",
         "keep the given `def layer_norm(x, weight, bias, eps=1e-5):`",
-        _FUNCTION.cases,
+        _Form(module=False).cases,
     )
 )
 check_layer_norm_module = register(
@@ -436,7 +369,7 @@ check_layer_norm_module = register(
         "test_layer_norm_module",
         "class",
         "keep the given `class LayerNorm(nn.Module):` and its __init__, and write forward.",
-        _MODULE.cases,
+        _Form(module=True).cases,
     )
 )
 
@@ -450,11 +383,7 @@ def _sublayer(part: Part) -> Callable[[torch.Tensor], torch.Tensor]:
 
 
 def _norm(part: Part) -> Callable[[torch.Tensor], torch.Tensor]:
-    norm = encoder_lib.LayerNorm(part.tensors["weight"].shape[0]).to(torch.float64)
-    with torch.no_grad():
-        norm.weight.copy_(part.tensors["weight"])
-        norm.bias.copy_(part.tensors["bias"])
-    return norm
+    return _layer_norm(part.tensors["weight"], part.tensors["bias"])
 
 
 observe.PARTS["residual.sublayer"] = _sublayer
@@ -465,83 +394,60 @@ observe.PARTS["zeros"] = lambda part: torch.zeros_like
 def _parts(d: int, seed: int) -> tuple[Part, Part]:
     """A sub-layer (tanh of an affine map) and a LayerNorm with a non-trivial gain and offset, so
     that every arrangement of the two gives a different output."""
-    sublayer = Part(
-        "residual.sublayer",
-        {
-            "weight": randn(d, d, seed=seed) / math.sqrt(d) * 1.5,
-            "shift": randn(d, seed=seed + 1) * 0.5,
-        },
-    )
-    norm = Part(
-        "residual.norm",
-        {"weight": 1.0 + 0.5 * randn(d, seed=seed + 2), "bias": randn(d, seed=seed + 3)},
-    )
-    return sublayer, norm
+    weight = randn(d, d, seed=seed) / math.sqrt(d) * 1.5
+    sublayer = Part("residual.sublayer", {"weight": weight, "shift": randn(d, seed=seed + 1) * 0.5})
+    gain, offset = 1.0 + 0.5 * randn(d, seed=seed + 2), randn(d, seed=seed + 3)
+    return sublayer, Part("residual.norm", {"weight": gain, "bias": offset})
 
 
 def _arrangements(x, sub, norm, norm_first: bool) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The right output and the outputs of the wrong arrangements of x, sublayer and norm."""
     with torch.no_grad():
+        normed = norm(x)
+        post, pre, no_norm = norm(x + sub(x)), x + sub(normed), x + sub(x)
+        norm_twice, norm_output = norm(x + sub(normed)), x + norm(sub(x))
         if norm_first:
-            right = x + sub(norm(x))
-            wrong = {
+            return pre, {
                 "it computes post-norm, norm(x + sublayer(x)), but norm_first=True asks for "
-                "pre-norm: x + sublayer(norm(x)) (the norm is in the wrong place).": norm(
-                    x + sub(x)
-                ),
+                "pre-norm: x + sublayer(norm(x)) (the norm is in the wrong place).": post,
                 "it is missing the residual connection: it returns sublayer(norm(x)). Add x "
-                "back: x + sublayer(norm(x)).": sub(norm(x)),
+                "back: x + sublayer(norm(x)).": sub(normed),
                 "the residual adds the normalised x, norm(x) + sublayer(norm(x)). The residual "
-                "path must carry the original x untouched: x + sublayer(norm(x)).": norm(x)
-                + sub(norm(x)),
+                "path must carry the original x untouched: x + sublayer(norm(x)).": normed
+                + sub(normed),
                 "it applies the norm twice (before the sublayer and after the sum): pre-norm "
-                "normalises only the sublayer's input, x + sublayer(norm(x)).": norm(
-                    x + sub(norm(x))
-                ),
+                "normalises only the sublayer's input, x + sublayer(norm(x)).": norm_twice,
                 "it applies the norm twice: x + sublayer(norm(x)) calls norm once.": x
-                + sub(norm(norm(x))),
-                "it never applies the norm: pre-norm is x + sublayer(norm(x)).": x + sub(x),
+                + sub(norm(normed)),
+                "it never applies the norm: pre-norm is x + sublayer(norm(x)).": no_norm,
                 "it normalises the sublayer's output instead of its input: pre-norm is "
-                "x + sublayer(norm(x)).": x + norm(sub(x)),
+                "x + sublayer(norm(x)).": norm_output,
             }
-        else:
-            right = norm(x + sub(x))
-            wrong = {
-                "it computes pre-norm, x + sublayer(norm(x)), but norm_first=False (the default) "
-                "asks for post-norm: norm(x + sublayer(x)) (the norm is in the wrong place).": x
-                + sub(norm(x)),
-                "it is missing the residual connection: it returns norm(sublayer(x)). Add x "
-                "before normalising: norm(x + sublayer(x)).": norm(sub(x)),
-                "it is missing the residual connection and the norm: it returns sublayer(x). "
-                "Post-norm is norm(x + sublayer(x)).": sub(x),
-                "it never applies the norm: post-norm is norm(x + sublayer(x)).": x + sub(x),
-                "it applies the norm twice (before the sublayer and after the sum): post-norm is "
-                "norm(x + sublayer(x)), with one norm, after the sum.": norm(x + sub(norm(x))),
-                "it applies the norm twice: post-norm is norm(x + sublayer(x)).": norm(
-                    norm(x + sub(x))
-                ),
-                "it normalises the sublayer's output before adding x: post-norm normalises the "
-                "sum, norm(x + sublayer(x)).": x + norm(sub(x)),
-            }
-    return right, wrong
+        return post, {
+            "it computes pre-norm, x + sublayer(norm(x)), but norm_first=False (the default) "
+            "asks for post-norm: norm(x + sublayer(x)) (the norm is in the wrong place).": pre,
+            "it is missing the residual connection: it returns norm(sublayer(x)). Add x "
+            "before normalising: norm(x + sublayer(x)).": norm(sub(x)),
+            "it is missing the residual connection and the norm: it returns sublayer(x). "
+            "Post-norm is norm(x + sublayer(x)).": sub(x),
+            "it never applies the norm: post-norm is norm(x + sublayer(x)).": no_norm,
+            "it applies the norm twice (before the sublayer and after the sum): post-norm is "
+            "norm(x + sublayer(x)), with one norm, after the sum.": norm_twice,
+            "it applies the norm twice: post-norm is norm(x + sublayer(x)).": norm(post),
+            "it normalises the sublayer's output before adding x: post-norm normalises the "
+            "sum, norm(x + sublayer(x)).": norm_output,
+        }
 
 
 def _block_case(x: torch.Tensor, parts: tuple[Part, Part], norm_first: bool | None) -> Case:
     first = bool(norm_first)
     flag = "" if norm_first is None else f", norm_first={norm_first}"
     kind = "pre-norm" if first else "post-norm"
-    sub_part, norm_part = parts
-    sub, norm = _sublayer(sub_part), _norm(norm_part)
     kwargs = {} if norm_first is None else {"norm_first": norm_first}
-    call = Call("residual_block", "residual_block", (x, sub_part, norm_part), kwargs)
-    right, wrong = _arrangements(x, sub, norm, first)
-
-    def counts(obs: Observation) -> tuple[int, int]:
-        sub_calls, norm_calls = obs.info.get("parts", [1, 1])
-        return sub_calls, norm_calls
+    right, wrong = _arrangements(x, _sublayer(parts[0]), _norm(parts[1]), first)
 
     def call_count(obs: Observation, ask: Ask) -> str | None:
-        sub_calls, norm_calls = counts(obs)
+        sub_calls, norm_calls = obs.info.get("parts", [1, 1])
         if norm_calls > 1:
             return f"it applies the norm {norm_calls} times; {kind} applies it exactly once."
         if norm_calls == 0:
@@ -551,7 +457,7 @@ def _block_case(x: torch.Tensor, parts: tuple[Part, Part], norm_first: bool | No
         return None
 
     def once_each(obs: Observation, ask: Ask) -> str | None:
-        sub_calls, norm_calls = counts(obs)
+        sub_calls, norm_calls = obs.info.get("parts", [1, 1])
         if sub_calls != 1:
             return (
                 f"it calls sublayer {sub_calls} times: call it once and reuse the result (a "
@@ -567,7 +473,7 @@ def _block_case(x: torch.Tensor, parts: tuple[Part, Part], norm_first: bool | No
         return None
 
     return Case(
-        call,
+        Call("residual_block", "residual_block", (x, *parts), kwargs),
         f"residual_block(x, sublayer, norm{flag}) ({kind}, x of shape {tuple(x.shape)})",
         expected=right,
         mistakes=wrong,
@@ -615,28 +521,23 @@ def _block_cases(thorough: bool) -> Iterator[Case]:
     upstream = randn(*x.shape, seed=250)
     sub, norm = _sublayer(parts[0]), _norm(parts[1])
 
-    def gradient(block: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+    def gradient(norm_first: bool, cut_skip: bool) -> torch.Tensor:
         leaf = x.clone().requires_grad_()
-        (block(leaf) * upstream).sum().backward()
+        skip = leaf.detach() if cut_skip else leaf
+        out = skip + sub(norm(leaf)) if norm_first else norm(skip + sub(leaf))
+        (out * upstream).sum().backward()
         return leaf.grad
 
     for norm_first in (False, True):
-        if norm_first:
-            expected = gradient(lambda t: t + sub(norm(t)))
-            skip_cut = gradient(lambda t: t.detach() + sub(norm(t)))
-        else:
-            expected = gradient(lambda t: norm(t + sub(t)))
-            skip_cut = gradient(lambda t: norm(t.detach() + sub(t)))
         case = _block_case(x, parts, norm_first)
         case.call = dataclasses.replace(case.call, grad=("args[0]",), upstream=(upstream,))
         case.what += ", backpropagating"
-        case.grads = {"args[0]": expected}
-        case.grad_mistakes = {
-            "args[0]": {
-                "no gradient flows along the skip path (is x detached there?). The identity "
-                "path is the point of a residual connection: x + ... must use x itself.": skip_cut
-            }
-        }
+        case.grads = {"args[0]": gradient(norm_first, cut_skip=False)}
+        skip_cut = (
+            "no gradient flows along the skip path (is x detached there?). The identity path is "
+            "the point of a residual connection: x + ... must use x itself."
+        )
+        case.grad_mistakes = {"args[0]": {skip_cut: gradient(norm_first, cut_skip=True)}}
         yield case
 
 
