@@ -19,16 +19,12 @@ the softmax over the queries; the scores returned as weights; dropout missing in
 on the scores, the merged heads or the output, or still active in eval mode; a layout the weights
 cannot be loaded into. ``nn.MultiheadAttention``, ``F.multi_head_attention_forward``,
 ``torch._native_multi_head_attention`` and ``encoder_lib.MultiHeadAttention`` are forbidden.
-
-Layouts ``load_reference_weights`` fills (every one the module has): separate ``q_proj``,
-``k_proj``, ``v_proj`` layers (the given ``__init__``); PyTorch's fused ``in_proj_weight (3D, D)``
-and ``in_proj_bias``; one fused layer ``in_proj`` or ``qkv_proj`` of ``weight (3D, D)`` (rows
-``[0, D)`` Q, ``[D, 2D)`` K, ``[2D, 3D)`` V); and in every case ``out_proj``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import math
 from collections.abc import Callable, Iterator, Mapping
@@ -37,7 +33,6 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.overrides import TorchFunctionMode
 
 import encoder_lib
 
@@ -135,100 +130,94 @@ def _view_hint(failure: Failure) -> str | None:
     return VIEW_HINT if "view size is not compatible" in failure.message else None
 
 
-def _heads_case(name: str, x: torch.Tensor, num_heads: int | None, grad: bool = False) -> Case:
-    """A case of ``split_heads(x, num_heads)`` (``num_heads`` given) or ``merge_heads(x)``."""
-    if num_heads is not None:
-        (B, L, D), H = x.shape, num_heads
+def _split(x: torch.Tensor, H: int, how: str = "ok") -> torch.Tensor:
+    """``(B, L, D)`` -> ``(B, H, L, d_head)``, or the mistake ``how``: ``"view"`` (no
+    transpose) or ``"interleaved"`` (head h takes features h, h + H, ...)."""
+    B, L, D = x.shape
+    if how == "view":
+        return x.reshape(B, H, L, D // H)
+    if how == "interleaved":
+        return x.reshape(B, L, D // H, H).permute(0, 3, 1, 2)
+    return x.reshape(B, L, H, D // H).transpose(1, 2)
+
+
+def _merge(x: torch.Tensor, how: str = "ok") -> torch.Tensor:
+    """``(B, H, L, d_head)`` -> ``(B, L, D)``, or the mistake ``how`` (as for ``_split``)."""
+    B, H, L, d = x.shape
+    if how == "view":
+        return x.reshape(B, L, H * d)
+    if how == "interleaved":
+        return x.permute(0, 2, 3, 1).reshape(B, L, H * d)
+    return x.transpose(1, 2).reshape(B, L, H * d)
+
+
+def _heads_case(name: str, shape: tuple[int, ...], seed: int, grad: bool) -> Case:
+    """A case of ``split_heads(x, num_heads)`` (``shape``: ``(B, L, D, H)``) or of
+    ``merge_heads(x)`` (``shape``: ``(B, H, L, d_head)``)."""
+    if name == "split_heads":
+        B, L, D, H = shape
         d = D // H
-        call, letters = (
-            f"split_heads(x, num_heads={H}) with x of shape (B, L, D)",
-            "(B, H, L, d_head)",
-        )
-        expected = x.view(B, L, H, d).transpose(1, 2)
-        mistakes = {
-            SPLIT_NO_TRANSPOSE: x.reshape(B, H, L, d),
-            SPLIT_INTERLEAVED: x.view(B, L, d, H).permute(0, 3, 1, 2),
-        }
+        x = randn(B, L, D, seed=seed)
+        rearrange, args = functools.partial(_split, H=H), (x, H)
+        call = f"split_heads(x, num_heads={H}) with x of shape (B, L, D)"
+        letters = "(B, H, L, d_head)"
+        mistakes = {SPLIT_NO_TRANSPOSE: "view", SPLIT_INTERLEAVED: "interleaved"}
         hints = {
             (B, L, H, d): "The head dimension must come before the sequence dimension: after "
             "view(B, L, H, d_head), swap them with transpose(1, 2).",
             (B, H * L, d): "Keep the heads and the positions as two separate dimensions.",
         }
     else:
-        B, H, L, d = x.shape
+        B, H, L, d = shape
+        x = randn(*shape, seed=seed)
+        rearrange, args = _merge, (x,)
         call, letters = "merge_heads(x) with x of shape (B, H, L, d_head)", "(B, L, D)"
-        expected = x.transpose(1, 2).reshape(B, L, H * d)
-        mistakes = {
-            MERGE_NO_TRANSPOSE: x.reshape(B, L, H * d),
-            MERGE_INTERLEAVED: x.permute(0, 2, 3, 1).reshape(B, L, H * d),
-        }
+        mistakes = {MERGE_NO_TRANSPOSE: "view", MERGE_INTERLEAVED: "interleaved"}
         hints = {
             (B, L, H, d): "The heads were moved back behind the sequence but not joined: "
             "reshape to (B, L, H * d_head).",
             (B, H, L * d): "Transpose(1, 2) first, so that each position's heads end up side "
             "by side, then reshape to (B, L, D).",
         }
-    args = (x,) if num_heads is None else (x, num_heads)
+    expected = rearrange(x)
     extra: dict[str, Any] = {}
+    grads = None
     if grad:  # a rearrangement: the gradient is the upstream gradient rearranged back
         upstream = randn(*expected.shape, seed=int(x.shape[-1]) + 1)
         extra = {"grad": ("args[0]",), "upstream": (upstream,)}
-    case = Case(
+        leaf = x.clone().requires_grad_()
+        grads = {"args[0]": torch.autograd.grad(rearrange(leaf), leaf, upstream)[0]}
+    return Case(
         Call(name, name, args, **extra),
         f"{call} = {tuple(x.shape)}" + (", backpropagating" if grad else ""),
         expected=expected,
-        mistakes=mistakes,
+        mistakes={text: rearrange(x, how=how) for text, how in mistakes.items()},
         slots=("the output",),
         letters=(letters,),
         shape_hints=(hints,),
+        grads=grads,
         inputs={"args[0]": "x"},
         failure_hint=_view_hint,
     )
-    if grad:
-        leaf = x.clone().requires_grad_()
-        rearranged = _heads_case(name, leaf, num_heads).expected
-        case.grads = {"args[0]": torch.autograd.grad(rearranged, leaf, upstream)[0]}
-    return case
 
 
-def _split_cases(thorough: bool) -> Iterator[Case]:
-    shapes = [(2, 3, 20, 4)]  # (B, L, D, H): all sizes distinct, so a swapped axis shows
-    if thorough:
-        shapes += [(1, 1, 6, 1), (3, 4, 6, 6), (2, 5, 24, 3), (1, 7, 16, 8), (2, 3, 12, 3)]
-    for i, (B, L, D, H) in enumerate(shapes):
-        yield _heads_case("split_heads", randn(B, L, D, seed=200 + i), H, grad=i == 5)
+def _heads_exercise(number: int, name: str, signature: str, shapes: list, seed: int):
+    """Register exercise ``number``, ``name`` tried on each of ``shapes`` (see ``_heads_case``):
+    the first visible, the sixth backpropagating."""
+
+    def cases(thorough: bool) -> Iterator[Case]:
+        for i, shape in enumerate(shapes if thorough else shapes[:1]):
+            yield _heads_case(name, shape, seed + i, grad=i == 5)
+
+    title, wrong_kind = f"Exercise {number} · {name}", f"keep the given `def {name}{signature}:`"
+    return register(Exercise(name, title, name, f"test_{name}", "function", wrong_kind, cases))
 
 
-def _merge_cases(thorough: bool) -> Iterator[Case]:
-    shapes = [(2, 4, 3, 5)]  # (B, H, L, d_head): all sizes distinct
-    if thorough:
-        shapes += [(1, 1, 1, 6), (3, 6, 4, 1), (2, 3, 5, 8), (1, 8, 7, 2), (2, 3, 4, 2)]
-    for i, shape in enumerate(shapes):
-        yield _heads_case("merge_heads", randn(*shape, seed=300 + i), None, grad=i == 5)
-
-
-check_split_heads = register(
-    Exercise(
-        "split_heads",
-        "Exercise 1 · split_heads",
-        "split_heads",
-        "test_split_heads",
-        "function",
-        "keep the given `def split_heads(x, num_heads):`",
-        _split_cases,
-    )
-)
-check_merge_heads = register(
-    Exercise(
-        "merge_heads",
-        "Exercise 2 · merge_heads",
-        "merge_heads",
-        "test_merge_heads",
-        "function",
-        "keep the given `def merge_heads(x):`",
-        _merge_cases,
-    )
-)
+# (B, L, D, H) and (B, H, L, d_head): all sizes distinct, so a swapped axis shows
+_SPLIT = [(2, 3, 20, 4), (1, 1, 6, 1), (3, 4, 6, 6), (2, 5, 24, 3), (1, 7, 16, 8), (2, 3, 12, 3)]
+_MERGE = [(2, 4, 3, 5), (1, 1, 1, 6), (3, 6, 4, 1), (2, 3, 5, 8), (1, 8, 7, 2), (2, 3, 4, 2)]
+check_split_heads = _heads_exercise(1, "split_heads", "(x, num_heads)", _SPLIT, seed=200)
+check_merge_heads = _heads_exercise(2, "merge_heads", "(x)", _MERGE, seed=300)
 
 
 # --- loading the reference's weights into any layout ---------------------------------------------
@@ -242,14 +231,33 @@ class _LayoutError(Exception):
     """The module cannot take the weights; the message says what to keep."""
 
 
-def _get(module: Any, name: str) -> Any:
-    try:
-        return getattr(module, name, None)
-    except Exception:  # a property written by the student may raise anything
-        return None
+def _get(obj: Any, path: str) -> Any:
+    """``obj``'s attribute at the dotted ``path`` (``"q_proj.weight"``), or None."""
+    for name in path.split("."):
+        try:
+            obj = getattr(obj, name, None)
+        except Exception:  # a property written by the student may raise anything
+            return None
+    return obj
 
 
-def _copy_into(owner: str, target: Any, source: torch.Tensor) -> None:
+def _copy(module: nn.Module, path: str, source: torch.Tensor | None) -> None:
+    """Copy ``source`` into ``module``'s tensor at ``path``. A bias may be missing on one side:
+    the reference's (None) zeroes the module's; the module's (None) is fine if the reference's
+    is zero."""
+    owner, target = f"{type(module).__name__}.{path}", _get(module, path)
+    if source is None:
+        if isinstance(target, torch.Tensor):
+            with torch.no_grad():
+                target.zero_()
+        return
+    if target is None and path.endswith("bias"):
+        if bool(source.any()):
+            raise _LayoutError(
+                f"{owner} is missing (None), but the reference has a bias: keep bias=True "
+                "(nn.Linear's default)."
+            )
+        return
     if not isinstance(target, torch.Tensor):
         raise _LayoutError(
             f"{owner} should be a tensor (an nn.Parameter) of shape {tuple(source.shape)}, got "
@@ -263,28 +271,6 @@ def _copy_into(owner: str, target: Any, source: torch.Tensor) -> None:
         target.copy_(source)
 
 
-def _copy_bias(owner: str, target: Any, source: torch.Tensor | None) -> None:
-    if source is None:
-        if isinstance(target, torch.Tensor):
-            with torch.no_grad():
-                target.zero_()
-    elif target is None:
-        if bool(source.any()):
-            raise _LayoutError(
-                f"{owner} is missing (None), but the reference has a bias: keep bias=True "
-                "(nn.Linear's default)."
-            )
-    else:
-        _copy_into(owner, target, source)
-
-
-def _copy_layer(module: nn.Module, name: str, weight: torch.Tensor, bias: torch.Tensor | None):
-    cls = type(module).__name__
-    layer = _get(module, name)
-    _copy_into(f"{cls}.{name}.weight", _get(layer, "weight"), weight)
-    _copy_bias(f"{cls}.{name}.bias", _get(layer, "bias"), bias)
-
-
 def _load(module: nn.Module, weights: Weights) -> None:
     """Copy ``weights`` into every projection layout ``module`` has (values copied into its
     tensors, which keep their dtype); raise ``_LayoutError`` naming what is missing or wrong."""
@@ -296,24 +282,25 @@ def _load(module: nn.Module, weights: Weights) -> None:
     present = [name for name in separate if _get(module, name) is not None]
     loaded = False
     if len(present) == 3:
-        layers = {name: _get(module, name) for name in separate}
         for a, b in itertools.combinations(separate, 2):
-            wa, wb = _get(layers[a], "weight"), _get(layers[b], "weight")
-            if layers[a] is layers[b] or (wa is not None and wa is wb):
+            wa, wb = _get(module, f"{a}.weight"), _get(module, f"{b}.weight")
+            if _get(module, a) is _get(module, b) or (wa is not None and wa is wb):
                 raise _LayoutError(
                     f"{cls}.{b} is the same layer as {cls}.{a}: each projection needs its own "
                     "nn.Linear(D, D) with its own weights."
                 )
         for name, (w, b) in zip(separate, chunks, strict=True):
-            _copy_layer(module, name, w, b)
+            _copy(module, f"{name}.weight", w)
+            _copy(module, f"{name}.bias", b)
         loaded = True
-    if _get(module, "in_proj_weight") is not None:
-        _copy_into(f"{cls}.in_proj_weight", _get(module, "in_proj_weight"), weight)
-        _copy_bias(f"{cls}.in_proj_bias", _get(module, "in_proj_bias"), bias)
+    if _get(module, "in_proj_weight") is not None:  # PyTorch's fused layout
+        _copy(module, "in_proj_weight", weight)
+        _copy(module, "in_proj_bias", bias)
         loaded = True
-    for name in ("in_proj", "qkv_proj"):
+    for name in ("in_proj", "qkv_proj"):  # one fused layer
         if _get(module, name) is not None:
-            _copy_layer(module, name, weight, bias)
+            _copy(module, f"{name}.weight", weight)
+            _copy(module, f"{name}.bias", bias)
             loaded = True
     if not loaded and present:
         missing = ", ".join(f"`{n}`" for n in separate if n not in present)
@@ -333,7 +320,8 @@ def _load(module: nn.Module, weights: Weights) -> None:
             f"{cls} has no attribute `out_proj`, the output projection nn.Linear({D}, {D}) that "
             "mixes the heads: keep the one the given __init__ creates."
         )
-    _copy_layer(module, "out_proj", weights["out_proj.weight"], weights.get("out_proj.bias"))
+    _copy(module, "out_proj.weight", weights["out_proj.weight"])
+    _copy(module, "out_proj.bias", weights.get("out_proj.bias"))
 
 
 def load_reference_weights(module: nn.Module, reference: nn.Module) -> nn.Module:
@@ -343,10 +331,11 @@ def load_reference_weights(module: nn.Module, reference: nn.Module) -> nn.Module
     ``reference`` is an ``encoder_lib.MultiHeadAttention`` (or an ``nn.MultiheadAttention`` with
     ``kdim = vdim = embed_dim``). ``module`` may hold its projections as separate layers
     ``q_proj``/``k_proj``/``v_proj``, as PyTorch's fused ``in_proj_weight``/``in_proj_bias``, or as
-    one fused layer ``in_proj`` or ``qkv_proj``; every layout it has is loaded, so a module that
-    keeps unused layers still gets the right weights where it reads them. It must have
-    ``out_proj``. Values are copied into the existing tensors, which keep their dtype (as
-    ``load_state_dict`` does): convert ``module`` first to compare in float64.
+    one fused layer ``in_proj`` or ``qkv_proj`` (``weight (3D, D)``: rows Q, then K, then V);
+    every layout it has is loaded, so a module that keeps unused layers still gets the right
+    weights where it reads them. It must have ``out_proj``. Values are copied into the existing
+    tensors, which keep their dtype (as ``load_state_dict`` does): convert ``module`` first to
+    compare in float64.
 
     Raises ``GradingError`` naming the attribute that is missing or has the wrong shape.
     """
@@ -377,7 +366,7 @@ def _observe_with_reference_weights(lookup: Callable[[str], Any], call: Call) ->
         if name in inputs:
             inputs[name].requires_grad_(True)
     phase = "construct"
-    with observe.student_mode(call.exercise, call.seed) as seen, _RepeatableSdpaDropout():
+    with observe.student_mode(call.exercise, call.seed) as seen:
         try:
             module = target(*call.init[0], **call.init[1])
             obs.info["module"] = observe.describe_module(module)
@@ -407,34 +396,6 @@ def _observe_with_reference_weights(lookup: Callable[[str], Any], call: Call) ->
 
 
 observe.SCENARIOS["multi_head.reference_weights"] = _observe_with_reference_weights
-
-
-class _RepeatableSdpaDropout(TorchFunctionMode):
-    """``F.scaled_dot_product_attention`` with ``dropout_p`` > 0 draws its own random mask; in
-    the check it runs as softmax, then ``F.dropout`` on the weights (repeatable in student mode),
-    then ``@ value``: an answer that uses it for the output can be compared in training mode."""
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if func is F.scaled_dot_product_attention:
-            names = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale")
-            bound = dict(zip(names, args, strict=False)) | kwargs
-            if bound.get("dropout_p", 0.0) > 0.0:
-                return _sdpa_by_hand(**bound)
-        return func(*args, **kwargs)
-
-
-def _sdpa_by_hand(
-    query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, **_
-) -> torch.Tensor:
-    scores = query @ key.transpose(-2, -1) * (scale or 1.0 / math.sqrt(query.shape[-1]))
-    if is_causal:
-        attn_mask = torch.ones(scores.shape[-2:], dtype=torch.bool).tril()
-    if attn_mask is not None and attn_mask.dtype == torch.bool:
-        scores = scores.masked_fill(~attn_mask, float("-inf"))
-    elif attn_mask is not None:
-        scores = scores + attn_mask
-    return F.dropout(torch.softmax(scores, dim=-1).nan_to_num(0.0), dropout_p) @ value
 
 
 # --- MultiHeadAttention: the reference and its mistakes ------------------------------------------
@@ -490,24 +451,16 @@ def _attend(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Multi-head attention with one mistake switched on: ``(output, weights, scores)``. Run it
     under ``reference_mode`` when ``p`` > 0 (deterministic dropout)."""
-    B, L_q, D = query.shape
+    D = query.shape[-1]
     d = D // H
     w = dict(zip("qkv", weights["in_proj_weight"].chunk(3), strict=True))
     b = dict(zip("qkv", weights["in_proj_bias"].chunk(3), strict=True))
     src = (query, key, value)
 
-    def heads(t: torch.Tensor, kind: str) -> torch.Tensor:
-        n, length, _ = t.shape
-        if kind == "view":
-            return t.reshape(n, H, length, d)
-        if kind == "interleaved":
-            return t.reshape(n, length, d, H).permute(0, 3, 1, 2)
-        return t.reshape(n, length, H, d).transpose(1, 2)
-
     def drop(t: torch.Tensor, where: str) -> torch.Tensor:
         return F.dropout(t, p) if p > 0 and dropout_on == where else t
 
-    q, k, v = (heads(F.linear(src[inputs[i]], w[proj[i]], b[proj[i]]), split) for i in range(3))
+    q, k, v = (_split(F.linear(src[inputs[i]], w[proj[i]], b[proj[i]]), H, split) for i in range(3))
     scores = q @ k.transpose(-2, -1)
     scores = scores / {"head": math.sqrt(d), "model": math.sqrt(D), "none": 1.0}[scale]
     masked = drop(scores, "scores")
@@ -515,14 +468,7 @@ def _attend(
         allowed = mask if mask_mode == "ok" else ~mask
         masked = masked.masked_fill(~allowed, float("-inf"))
     attention = drop(torch.softmax(masked, dim=softmax_dim).nan_to_num(0.0), "weights")
-    out = attention @ v  # (B, H, L_q, d)
-    if merge == "view":
-        out = out.reshape(B, L_q, D)
-    elif merge == "interleaved":
-        out = out.permute(0, 2, 3, 1).reshape(B, L_q, D)
-    else:
-        out = out.transpose(1, 2).reshape(B, L_q, D)
-    out = drop(out, "merged")
+    out = drop(_merge(attention @ v, merge), "merged")
     if out_proj:
         out = F.linear(out, weights["out_proj.weight"], weights["out_proj.bias"])
     return drop(out, "output"), attention, scores
@@ -533,36 +479,22 @@ def _mistakes(weights: Weights, H: int, args: tuple) -> dict[str, tuple[Any, Any
     most common first (the first match is reported)."""
     D = args[0].shape[-1]
     d = D // H
-    found: list[tuple[str, dict[str, Any]]] = [
-        (
-            f"the scores are divided by sqrt(D) = sqrt(d_model) = sqrt({D}). Each head's dot "
-            f"product sums only d_head = D / H = {d} products, so divide by sqrt(d_head) = "
-            f"sqrt({d}).",
-            {"scale": "model"},
-        ),
-        (
-            f"the scores are not scaled: divide them by sqrt(d_head) = sqrt({d}) before the "
-            "softmax.",
-            {"scale": "none"},
-        ),
-        (
-            "the heads were split and merged with view/reshape but no transpose, so each head "
-            "mixes several tokens' features. " + SHAPE_HINT,
-            {"split": "view", "merge": "view"},
-        ),
-        ("the heads were split wrongly: " + SPLIT_NO_TRANSPOSE, {"split": "view"}),
-        ("the heads were merged wrongly: " + MERGE_NO_TRANSPOSE, {"merge": "view"}),
-        (
-            "the output projection is missing: pass the merged heads through self.out_proj, the "
-            "layer that mixes what the heads found.",
-            {"out_proj": False},
-        ),
-        (
-            "q_proj is used for the queries, the keys and the values: project the keys with "
-            "k_proj and the values with v_proj.",
-            {"proj": "qqq"},
-        ),
-    ]
+    found: dict[str, dict[str, Any]] = {
+        f"the scores are divided by sqrt(D) = sqrt(d_model) = sqrt({D}). Each head's dot "
+        f"product sums only d_head = D / H = {d} products, so divide by sqrt(d_head) = "
+        f"sqrt({d}).": {"scale": "model"},
+        f"the scores are not scaled: divide them by sqrt(d_head) = sqrt({d}) before the softmax.": {
+            "scale": "none"
+        },
+        "the heads were split and merged with view/reshape but no transpose, so each head "
+        "mixes several tokens' features. " + SHAPE_HINT: {"split": "view", "merge": "view"},
+        "the heads were split wrongly: " + SPLIT_NO_TRANSPOSE: {"split": "view"},
+        "the heads were merged wrongly: " + MERGE_NO_TRANSPOSE: {"merge": "view"},
+        "the output projection is missing: pass the merged heads through self.out_proj, the "
+        "layer that mixes what the heads found.": {"out_proj": False},
+        "q_proj is used for the queries, the keys and the values: project the keys with "
+        "k_proj and the values with v_proj.": {"proj": "qqq"},
+    }
     for combo in itertools.product("qkv", repeat=3):
         proj = "".join(combo)
         if proj in ("qkv", "qqq"):
@@ -572,7 +504,7 @@ def _mistakes(weights: Weights, H: int, args: tuple) -> dict[str, tuple[Any, Any
             for i, p in enumerate(proj)
             if p != "qkv"[i]
         ]
-        found.append(("the projections are mixed up: " + "; ".join(wrong) + ".", {"proj": proj}))
+        found["the projections are mixed up: " + "; ".join(wrong) + "."] = {"proj": proj}
     for inputs in itertools.product(range(3), repeat=3):
         if inputs == (0, 1, 2):
             continue
@@ -581,34 +513,23 @@ def _mistakes(weights: Weights, H: int, args: tuple) -> dict[str, tuple[Any, Any
             for i, j in enumerate(inputs)
             if j != i
         ]
-        found.append(("the inputs are mixed up: " + "; ".join(wrong) + ".", {"inputs": inputs}))
-    found += [
-        (
-            "the mask is ignored, so padding leaks into the result: before the softmax, set the "
-            "scores where the mask is False to -inf.",
-            {"mask_mode": "ignored"},
-        ),
-        (
-            "the mask's polarity is reversed. Here True means 'may attend' (as in "
-            "F.scaled_dot_product_attention), the opposite of nn.MultiheadAttention's "
-            "key_padding_mask: hide the scores where the mask is False, masked_fill(~mask, -inf).",
-            {"mask_mode": "reversed"},
-        ),
-        (
-            "the softmax is taken over the queries (dim=-2): take it over the keys (dim=-1), so "
-            "that each query's weights sum to 1.",
-            {"softmax_dim": -2},
-        ),
-        (
-            "heads built from interleaved features (head h took features h, h + H, ...): "
-            + SPLIT_INTERLEAVED,
-            {"split": "interleaved", "merge": "interleaved"},
-        ),
-        ("the heads were split wrongly: " + SPLIT_INTERLEAVED, {"split": "interleaved"}),
-        ("the heads were merged wrongly: " + MERGE_INTERLEAVED, {"merge": "interleaved"}),
-    ]
+        found["the inputs are mixed up: " + "; ".join(wrong) + "."] = {"inputs": inputs}
+    found |= {
+        "the mask is ignored, so padding leaks into the result: before the softmax, set the "
+        "scores where the mask is False to -inf.": {"mask_mode": "ignored"},
+        "the mask's polarity is reversed. Here True means 'may attend' (as in "
+        "F.scaled_dot_product_attention), the opposite of nn.MultiheadAttention's "
+        "key_padding_mask: hide the scores where the mask is False, "
+        "masked_fill(~mask, -inf).": {"mask_mode": "reversed"},
+        "the softmax is taken over the queries (dim=-2): take it over the keys (dim=-1), so "
+        "that each query's weights sum to 1.": {"softmax_dim": -2},
+        "heads built from interleaved features (head h took features h, h + H, ...): "
+        + SPLIT_INTERLEAVED: {"split": "interleaved", "merge": "interleaved"},
+        "the heads were split wrongly: " + SPLIT_INTERLEAVED: {"split": "interleaved"},
+        "the heads were merged wrongly: " + MERGE_INTERLEAVED: {"merge": "interleaved"},
+    }
     result: dict[str, tuple[Any, Any]] = {}
-    for description, flags in found:
+    for description, flags in found.items():
         try:
             out, attention, _ = _attend(weights, H, *args, **flags)
         except RuntimeError:  # e.g. keys taken from an input of another length
@@ -700,29 +621,28 @@ def _mha_case(
     grad: bool = False,
 ) -> Case:
     description, D, H, tensors, mask = _inputs(name, seed)
-    tensors = tuple(t.to(dtype) for t in tensors) if dtype != torch.float64 else tensors
-    query, key, _ = tensors
-    B, L_q, _ = query.shape
-    L_k, d = key.shape[1], D // H
+    tensors = tuple(t.to(dtype) for t in tensors)
+    B, L_q, L_k = _SIZES[name][:3]
+    d, p = D // H, dropout or 0.0
     weights = _weights(D, seed + 10)
     args = (*tensors, *(() if mask is None else (mask,)))
-    p = dropout or 0.0
     expected = _reference(weights, H, p, dtype, train, *args)
     extra: dict[str, Any] = {}
+    grads = None
     if grad:
         upstream = (randn(B, L_q, D, seed=seed + 20), randn(B, H, L_q, L_k, seed=seed + 21))
         extra = {"grad": ("args[0]", "args[1]", "args[2]"), "upstream": upstream}
+        backward = _reference(weights, H, p, dtype, train, *args, backward=upstream)
+        grads = dict(zip(extra["grad"], backward, strict=True))
     init = (D, H) if dropout is None else (D, H, dropout)
     mode = " in training mode" if train else (" in eval mode" if dropout else "")
     dtype_text = "" if dtype == torch.float64 else f" ({str(dtype).removeprefix('torch.')})"
-    probes: tuple = ()
     if train:
         expected = (expected[0], None)  # the returned weights may be taken before or after dropout
         mistakes: Any = lambda: _dropout_mistakes(weights, H, (*tensors, mask), p)  # noqa: E731
         probes = (lambda obs, ask: TRAINING_MISMATCH.format(p=p),)
-    elif dropout:
-        mistakes = {ACTIVE_IN_EVAL.format(p=p): _reference(weights, H, p, dtype, True, *args)}
-        probes = (lambda obs, ask: ACTIVE_IN_EVAL.format(p=p),)
+    elif dropout:  # in eval mode, any difference is dropout acting
+        mistakes, probes = None, (lambda obs, ask: ACTIVE_IN_EVAL.format(p=p),)
     else:
         mistakes = lambda: _mistakes(weights, H, (*tensors, mask))  # noqa: E731
         probes = (lambda obs, ask: _weight_properties(obs, mask),)
@@ -737,7 +657,7 @@ def _mha_case(
             "There is one column per query instead of one per key: project the keys from "
             "`key` and the values from `value`, not from `query`."
         )
-    case = Case(
+    return Case(
         Call(
             "MultiHeadAttention",
             "multi_head_attention",
@@ -766,14 +686,11 @@ def _mha_case(
             weight_hints,
         ),
         order=(1, 0),
+        grads=grads,
         module=_MODULE,
         inputs={"args[0]": "query", "args[1]": "key", "args[2]": "value", "args[3]": "mask"},
         failure_hint=_forward_hint,
     )
-    if grad:
-        grads = _reference(weights, H, p, dtype, train, *args, backward=upstream)
-        case.grads = dict(zip(extra["grad"], grads, strict=True))
-    return case
 
 
 _MODULE = ModuleSpec(
@@ -785,7 +702,6 @@ _MODULE = ModuleSpec(
         "MultiHeadAttention(...) should build an nn.Module, got {type}: define "
         "`class MultiHeadAttention(nn.Module)`."
     ),
-    keep_init="keep the given __init__",
 )
 
 
