@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -45,76 +46,28 @@ __all__ = [
 ]
 
 
-def _name(obj) -> str:
-    return f"{obj.__module__}.{obj.__qualname__}"
+_TORCH = {
+    F.scaled_dot_product_attention: "F.scaled_dot_product_attention",
+    F.multi_head_attention_forward: "F.multi_head_attention_forward (nn.MultiheadAttention)",
+}
 
 
-_ATTENTION = Forbidden(
-    torch={
-        F.scaled_dot_product_attention: "F.scaled_dot_product_attention",
-        F.multi_head_attention_forward: "F.multi_head_attention_forward (nn.MultiheadAttention)",
-    },
-    python={
-        encoder_lib.scaled_dot_product_attention: _name(encoder_lib.scaled_dot_product_attention),
-        encoder_lib.MultiHeadAttention: _name(encoder_lib.MultiHeadAttention),
-    },
-)
+def _forbidden(*own: Any) -> Forbidden:
+    """Torch's attention built-ins and the given encoder_lib functions and classes."""
+    return Forbidden(_TORCH, {obj: f"{obj.__module__}.{obj.__qualname__}" for obj in own})
+
+
+_LIBRARY = (encoder_lib.scaled_dot_product_attention, encoder_lib.MultiHeadAttention)
 for _exercise in ("attention_scores", "masked_softmax", "scaled_dot_product_attention"):
-    observe.FORBIDDEN[_exercise] = _ATTENTION
-observe.FORBIDDEN["causal_mask"] = Forbidden(
-    _ATTENTION.torch, {**_ATTENTION.python, encoder_lib.causal_mask: _name(encoder_lib.causal_mask)}
-)
+    observe.FORBIDDEN[_exercise] = _forbidden(*_LIBRARY)
+observe.FORBIDDEN["causal_mask"] = _forbidden(*_LIBRARY, encoder_lib.causal_mask)
 
 _NEG_INF = float("-inf")
+_Upstream = tuple[torch.Tensor, ...] | None
+"""One tensor per output, backpropagated: ``Call.upstream``; None: no backward pass."""
 
-# --- the mistakes, in the student's terms --------------------------------------------------------
+# --- the messages that are not a catalogue entry -------------------------------------------------
 
-NOT_SCALED = (
-    "the scores are not scaled. Divide Q K^T by sqrt(d_k), where d_k = query.shape[-1], so that "
-    "their spread does not grow with the width of the vectors."
-)
-SCALED_BY_D_K = (
-    "the scores are divided by d_k instead of sqrt(d_k) (or by sqrt(d_k) twice). Divide Q K^T "
-    "once by math.sqrt(d_k)."
-)
-SCALE_MULTIPLIED = "the scores are multiplied by sqrt(d_k) instead of divided by it."
-SCALED_BY_L_K = (
-    "the scores are divided by sqrt(L_k), the number of keys. d_k is the size of the LAST axis of "
-    "query and key (query.shape[-1])."
-)
-SCALED_BY_L_Q = (
-    "the scores are divided by sqrt(L_q), the number of queries. d_k is the size of the LAST axis "
-    "of query and key (query.shape[-1])."
-)
-QUERY_AXIS = (
-    "the softmax is taken over the query axis (dim=-2; for a single sequence of scores "
-    "(L_q, L_k) that is also dim=0), so each column sums to 1. Each query's "
-    "weights over the keys must sum to 1: take the softmax over the last axis, dim=-1."
-)
-BATCH_AXIS = (
-    "the softmax is taken over dim=0, the batch axis, which mixes different sequences. Take it "
-    "over the last axis (the keys), dim=-1."
-)
-MASK_REVERSED = (
-    "the mask polarity is reversed: the positions where mask is True got weight 0. In this course "
-    "True means 'may attend' (as in F.scaled_dot_product_attention), so the positions to remove "
-    "are those where mask is False (~mask). nn.MultiheadAttention's key_padding_mask is the "
-    "opposite convention."
-)
-MASK_AFTER_SOFTMAX = (
-    "the mask is applied after the softmax: zeroing weights afterwards leaves rows that no longer "
-    "sum to 1. Put -inf in the masked scores before the softmax."
-)
-MASK_ADDED = (
-    "the boolean mask was added to the scores (True counts as 1, False as 0), which only shifts "
-    "the allowed scores by 1 and removes nothing. Masked positions need a score of -inf before the "
-    "softmax."
-)
-MASK_ZEROED = (
-    "the masked scores were set to 0 (e.g. scores * mask) instead of -inf: exp(0) = 1, so masked "
-    "keys still get weight. Use -inf."
-)
-MASK_IGNORED = "the mask is ignored: keys where mask is False still get weight."
 DEAD_ROW_NAN = (
     "a query whose keys are ALL masked gives NaN: the softmax of a row of -inf is 0/0. Such a row "
     "must give all-zero weights (as F.scaled_dot_product_attention does): find the rows where "
@@ -138,7 +91,6 @@ NOT_SUM_TO_1 = (
     "each query's weights must sum to 1 over the keys (the last axis), but row {index} sums to "
     "{total:.4g}."
 )
-SCORES_AS_WEIGHTS = "the weights are the scaled scores, before the softmax."
 FORGOT_V = (
     "the output equals the attention weights: multiply the weights by the values "
     "(weights @ value) to get the output."
@@ -154,19 +106,6 @@ SINGLE_SEQUENCE = (
     "These inputs are a single sequence with no batch axis: count axes from the end (-1, -2), "
     "so that the code works for any number of leading batch axes."
 )
-CAUSAL_UPPER = (
-    "True is on and above the diagonal (the upper triangle). Row i is query i, which may attend "
-    "to keys 0..i: True must be on and below the diagonal (torch.tril)."
-)
-CAUSAL_REVERSED = (
-    "the polarity is reversed: True marks the future keys, which must NOT be attended. In this "
-    "course True means 'may attend': row i is True in columns 0..i."
-)
-CAUSAL_NO_DIAGONAL = (
-    "the diagonal is False, but each position may attend to itself: row i is True in columns 0..i, "
-    "including i."
-)
-CAUSAL_ALL_TRUE = "every entry is True, so nothing is masked: query i must not see keys j > i."
 CAUSAL_ADDITIVE = (
     "the mask should be a boolean tensor (True = may attend), but it is an additive float mask of "
     "0 and -inf, PyTorch's other convention (nn.Transformer.generate_square_subsequent_mask). "
@@ -184,12 +123,6 @@ CAUSAL_ROW = (
 # --- what every function exercise shares ---------------------------------------------------------
 
 
-def _sentence(text: str) -> str:
-    """``text`` ending with a full stop and a space, ready for more text."""
-    text = text.rstrip()
-    return text + (" " if text.endswith(".") else ". ")
-
-
 def _first_dim(case: Case) -> int:
     first = case.call.args[0] if case.call.args else None
     return first.dim() if isinstance(first, torch.Tensor) else 0
@@ -197,16 +130,48 @@ def _first_dim(case: Case) -> int:
 
 def _batched(error: GradingError, case: Case, passed: list[Case]) -> GradingError:
     """An answer right on a single sequence that fails on the first batched input is told so."""
-    dims = [_first_dim(p) for p in passed]
     if type(error) is not GradingError or _first_dim(case) <= 2:
         return error
-    if 2 not in dims or any(d > 2 for d in dims):
+    if max((_first_dim(p) for p in passed), default=0) != 2:
         return error
-    return GradingError(BATCH_AXES.format(error=_sentence(error.problem)), where=error.where)
+    problem = error.problem.rstrip()
+    problem += " " if problem.endswith(".") else ". "
+    return GradingError(BATCH_AXES.format(error=problem), where=error.where)
 
 
 def _single_sequence_hint(failure: Failure) -> str | None:
     return SINGLE_SEQUENCE if failure.error == "IndexError" else None
+
+
+def _case(
+    target: str,
+    params: tuple[str, ...],
+    args: tuple[torch.Tensor, ...],
+    tensors: str,
+    reference: Callable[..., Any],
+    upstream: _Upstream = None,
+    **fields: Any,
+) -> Case:
+    """``target(*args)`` (``params``: its parameters' names; ``tensors``: the inputs in words),
+    expected to equal ``reference(*args)``; with ``upstream``, backpropagated, and the gradients
+    of the float arguments compared with the reference's."""
+    grad = tuple(f"args[{i}]" for i, a in enumerate(args) if a.is_floating_point())
+    backward = {} if upstream is None else {"grad": grad, "upstream": upstream}
+    case = Case(
+        Call(target, target, args, **backward),
+        f"{target}({', '.join(params[: len(args)])}) with {_dtype(args[0])}{tensors}"
+        + (", backpropagating" if backward else ""),
+        expected=reference(*args),
+        inputs={f"args[{i}]": name for i, name in enumerate(params)},
+        failure_hint=_single_sequence_hint if args[0].dim() == 2 else None,
+        **fields,
+    )
+    if upstream is not None:
+        leaves = [a.clone().requires_grad_() if a.is_floating_point() else a for a in args]
+        tracked = [leaf for leaf in leaves if leaf.requires_grad]
+        grads = torch.autograd.grad(reference(*leaves), tracked, upstream)
+        case.grads = dict(zip(grad, grads, strict=True))
+    return case
 
 
 def _checked_first(case: Case, check: Callable[[Observation], str | None]) -> Case:
@@ -227,10 +192,16 @@ def _shape(x: torch.Tensor) -> tuple[int, ...]:
     return tuple(x.shape)
 
 
-def _register(name: str, title: str, signature: str, cases) -> Callable[..., None]:
+def _dtype(x: torch.Tensor) -> str:
+    return "" if x.dtype == torch.float64 else f"{str(x.dtype).removeprefix('torch.')} "
+
+
+def _register(number: int, signature: str, cases) -> Callable[..., None]:
+    """Register exercise ``number``, whose given code is ``signature`` (``"def name(...):"``)."""
+    name = signature.removeprefix("def ").split("(")[0]
     keep = f"keep the given `{signature}`"
-    exercise = Exercise(name, title, name, f"test_{name}", "function", keep, cases, _batched)
-    return register(exercise)
+    title = f"Exercise {number} · {name}"
+    return register(Exercise(name, title, name, f"test_{name}", "function", keep, cases, _batched))
 
 
 # --- references and the outputs of the classic mistakes ------------------------------------------
@@ -244,15 +215,19 @@ def _scale_mistakes(query: torch.Tensor, key: torch.Tensor) -> dict[str, torch.T
     d_k, L_q, L_k = query.shape[-1], query.shape[-2], key.shape[-2]
     raw = query @ key.transpose(-2, -1)
     return {
-        NOT_SCALED: raw,
-        SCALED_BY_D_K: raw / d_k,
-        SCALE_MULTIPLIED: raw * math.sqrt(d_k),
-        SCALED_BY_L_K: raw / math.sqrt(L_k),
-        SCALED_BY_L_Q: raw / math.sqrt(L_q),
+        "the scores are not scaled. Divide Q K^T by sqrt(d_k), where d_k = query.shape[-1], so "
+        "that their spread does not grow with the width of the vectors.": raw,
+        "the scores are divided by d_k instead of sqrt(d_k) (or by sqrt(d_k) twice). Divide "
+        "Q K^T once by math.sqrt(d_k).": raw / d_k,
+        "the scores are multiplied by sqrt(d_k) instead of divided by it.": raw * math.sqrt(d_k),
+        "the scores are divided by sqrt(L_k), the number of keys. d_k is the size of the LAST "
+        "axis of query and key (query.shape[-1]).": raw / math.sqrt(L_k),
+        "the scores are divided by sqrt(L_q), the number of queries. d_k is the size of the LAST "
+        "axis of query and key (query.shape[-1]).": raw / math.sqrt(L_q),
     }
 
 
-def _reference_weights(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+def _reference_weights(scores: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
     """softmax over the keys with masked scores at -inf; fully masked rows give zeros (the
     convention of ``encoder_lib.scaled_dot_product_attention``, which the tests compare)."""
     if mask is None:
@@ -263,16 +238,39 @@ def _reference_weights(scores: torch.Tensor, mask: torch.Tensor | None) -> torch
 
 def _weight_mistakes(scores: torch.Tensor, mask: torch.Tensor | None) -> dict[str, torch.Tensor]:
     masked = scores if mask is None else scores.masked_fill(~mask, _NEG_INF)
-    mistakes = {QUERY_AXIS: torch.softmax(masked, dim=-2)}
+    mistakes = {
+        "the softmax is taken over the query axis (dim=-2; for a single sequence of scores "
+        "(L_q, L_k) that is also dim=0), so each column sums to 1. Each query's weights over the "
+        "keys must sum to 1: take the softmax over the last axis, dim=-1.": torch.softmax(
+            masked, dim=-2
+        )
+    }
     if scores.dim() >= 3:
-        mistakes[BATCH_AXIS] = torch.softmax(masked, dim=0)
-    if mask is not None:
-        mistakes[MASK_REVERSED] = _reference_weights(scores, ~mask)
-        mistakes[MASK_AFTER_SOFTMAX] = torch.softmax(scores, dim=-1) * mask
-        mistakes[MASK_ADDED] = torch.softmax(scores + mask, dim=-1)
-        mistakes[MASK_ZEROED] = torch.softmax(scores * mask, dim=-1)
-        mistakes[MASK_IGNORED] = torch.softmax(scores, dim=-1)
-    return mistakes
+        mistakes[
+            "the softmax is taken over dim=0, the batch axis, which mixes different sequences. "
+            "Take it over the last axis (the keys), dim=-1."
+        ] = torch.softmax(masked, dim=0)
+    if mask is None:
+        return mistakes
+    return mistakes | {
+        "the mask polarity is reversed: the positions where mask is True got weight 0. In this "
+        "course True means 'may attend' (as in F.scaled_dot_product_attention), so the positions "
+        "to remove are those where mask is False (~mask). nn.MultiheadAttention's "
+        "key_padding_mask is the opposite convention.": _reference_weights(scores, ~mask),
+        "the mask is applied after the softmax: zeroing weights afterwards leaves rows that no "
+        "longer sum to 1. Put -inf in the masked scores before the softmax.": torch.softmax(
+            scores, dim=-1
+        )
+        * mask,
+        "the boolean mask was added to the scores (True counts as 1, False as 0), which only "
+        "shifts the allowed scores by 1 and removes nothing. Masked positions need a score of "
+        "-inf before the softmax.": torch.softmax(scores + mask, dim=-1),
+        "the masked scores were set to 0 (e.g. scores * mask) instead of -inf: exp(0) = 1, so "
+        "masked keys still get weight. Use -inf.": torch.softmax(scores * mask, dim=-1),
+        "the mask is ignored: keys where mask is False still get weight.": torch.softmax(
+            scores, dim=-1
+        ),
+    }
 
 
 def _weights_problem(got: torch.Tensor, expected: torch.Tensor, nan_hint: str) -> str | None:
@@ -303,11 +301,9 @@ def _weights_problem(got: torch.Tensor, expected: torch.Tensor, nan_hint: str) -
 
 
 def _pattern_mask() -> torch.Tensor:
-    """``(3, 5)``: no row or column all True or all False, so that the polarity and axis
-    mistakes give finite, recognisable weights."""
-    return torch.tensor(
-        [[1, 1, 0, 1, 0], [0, 1, 1, 0, 1], [1, 0, 1, 1, 0]], dtype=torch.bool
-    )  # (L_q, L_k)
+    """``(L_q, L_k) = (3, 5)``: no row or column all True or all False, so that the polarity and
+    axis mistakes give finite, recognisable weights."""
+    return torch.tensor([[1, 1, 0, 1, 0], [0, 1, 1, 0, 1], [1, 0, 1, 1, 0]], dtype=torch.bool)
 
 
 def _dead_row_mask() -> torch.Tensor:
@@ -325,25 +321,20 @@ def _describe_mask(mask: torch.Tensor | None) -> str:
     return f"a {_shape(mask)} mask{dead}"
 
 
-def _dtype(x: torch.Tensor) -> str:
-    return "" if x.dtype == torch.float64 else f"{str(x.dtype).removeprefix('torch.')} "
-
-
 # --- exercise 1: scores --------------------------------------------------------------------------
 
 
-def _scores_case(query: torch.Tensor, key: torch.Tensor, **grad) -> Case:
-    call = Call("attention_scores", "attention_scores", (query, key), **grad)
-    return Case(
-        call,
-        f"attention_scores(query, key) with {_dtype(query)}query {_shape(query)} and key "
-        f"{_shape(key)}" + (", backpropagating" if grad else ""),
-        expected=_reference_scores(query, key),
+def _scores_case(query: torch.Tensor, key: torch.Tensor, upstream: _Upstream = None) -> Case:
+    return _case(
+        "attention_scores",
+        ("query", "key"),
+        (query, key),
+        f"query {_shape(query)} and key {_shape(key)}",
+        _reference_scores,
+        upstream,
         mistakes=lambda: _scale_mistakes(query, key),
         slots=("the scores",),
         letters=("(..., L_q, L_k)",),
-        inputs={"args[0]": "query", "args[1]": "key"},
-        failure_hint=_single_sequence_hint if query.dim() == 2 else None,
     )
 
 
@@ -358,43 +349,31 @@ def _scores_cases(thorough: bool) -> Iterator[Case]:
     query32 = randn(2, 3, 4, seed=300, dtype=torch.float32)
     yield _scores_case(query32, randn(2, 5, 4, seed=301, dtype=torch.float32))
     query, key = randn(2, 3, 4, seed=302), randn(2, 5, 4, seed=303)
-    upstream = randn(2, 3, 5, seed=304)
-    case = _scores_case(query, key, grad=("args[0]", "args[1]"), upstream=(upstream,))
-    leaves = [t.clone().requires_grad_() for t in (query, key)]
-    grads = torch.autograd.grad(_reference_scores(*leaves), leaves, upstream)
-    case.grads = {"args[0]": grads[0], "args[1]": grads[1]}
-    yield case
+    yield _scores_case(query, key, upstream=(randn(2, 3, 5, seed=304),))
 
 
-check_attention_scores = _register(
-    "attention_scores",
-    "Exercise 1 · attention_scores",
-    "def attention_scores(query, key):",
-    _scores_cases,
-)
+check_attention_scores = _register(1, "def attention_scores(query, key):", _scores_cases)
 
 
 # --- exercise 2: masked softmax ------------------------------------------------------------------
 
 
 def _softmax_case(
-    scores: torch.Tensor, mask: torch.Tensor | None, nan_hint: str = "", **grad
+    scores: torch.Tensor, mask: torch.Tensor | None, nan_hint: str = "", upstream: _Upstream = None
 ) -> Case:
-    args = (scores,) if mask is None else (scores, mask)
-    name = "masked_softmax(scores)" if mask is None else "masked_softmax(scores, mask)"
-    expected = _reference_weights(scores, mask)
-    return Case(
-        Call("masked_softmax", "masked_softmax", args, **grad),
-        f"{name} with {_dtype(scores)}scores {_shape(scores)} and {_describe_mask(mask)}"
-        + (", backpropagating" if grad else ""),
-        expected=expected,
+    case = _case(
+        "masked_softmax",
+        ("scores", "mask"),
+        (scores,) if mask is None else (scores, mask),
+        f"scores {_shape(scores)} and {_describe_mask(mask)}",
+        _reference_weights,
+        upstream,
         mistakes=lambda: _weight_mistakes(scores, mask),
-        probes=(lambda obs, ask: _weights_problem(obs.value, expected, nan_hint),),
         slots=("the weights tensor",),
         letters=("(..., L_q, L_k)",),
-        inputs={"args[0]": "scores", "args[1]": "mask"},
-        failure_hint=_single_sequence_hint if scores.dim() == 2 else None,
     )
+    case.probes = (lambda obs, ask: _weights_problem(obs.value, case.expected, nan_hint),)
+    return case
 
 
 def _softmax_cases(thorough: bool) -> Iterator[Case]:
@@ -413,20 +392,11 @@ def _softmax_cases(thorough: bool) -> Iterator[Case]:
     yield _softmax_case(one, torch.tensor([[False]]))
     yield _softmax_case(randn(2, 4, seed=405), torch.zeros(2, 4, dtype=torch.bool))
     yield _softmax_case(randn(2, 3, 5, seed=406, dtype=torch.float32) * 2, _dead_row_mask())
-    scores, mask, upstream = randn(2, 3, 5, seed=407) * 2, _pattern_mask(), randn(2, 3, 5, seed=408)
-    case = _softmax_case(scores, mask, grad=("args[0]",), upstream=(upstream,))
-    leaf = scores.clone().requires_grad_()
-    (grad,) = torch.autograd.grad(_reference_weights(leaf, mask), leaf, upstream)
-    case.grads = {"args[0]": grad}
-    yield case
+    scores, upstream = randn(2, 3, 5, seed=407) * 2, randn(2, 3, 5, seed=408)
+    yield _softmax_case(scores, _pattern_mask(), upstream=(upstream,))
 
 
-check_masked_softmax = _register(
-    "masked_softmax",
-    "Exercise 2 · masked_softmax",
-    "def masked_softmax(scores, mask=None):",
-    _softmax_cases,
-)
+check_masked_softmax = _register(2, "def masked_softmax(scores, mask=None):", _softmax_cases)
 
 
 # --- exercise 3: causal mask ---------------------------------------------------------------------
@@ -451,10 +421,16 @@ def _causal_case(L: int) -> Case:
         f"causal_mask({L})",
         expected=expected,
         mistakes={
-            CAUSAL_UPPER: expected.mT,
-            CAUSAL_REVERSED: ~expected,
-            CAUSAL_NO_DIAGONAL: expected.tril(-1),
-            CAUSAL_ALL_TRUE: torch.ones(L, L, dtype=torch.bool),
+            "True is on and above the diagonal (the upper triangle). Row i is query i, which may "
+            "attend to keys 0..i: True must be on and below the diagonal "
+            "(torch.tril).": expected.mT,
+            "the polarity is reversed: True marks the future keys, which must NOT be attended. In "
+            "this course True means 'may attend': row i is True in columns 0..i.": ~expected,
+            "the diagonal is False, but each position may attend to itself: row i is True in "
+            "columns 0..i, including i.": expected.tril(-1),
+            "every entry is True, so nothing is masked: query i must not see keys j > i.": (
+                torch.ones(L, L, dtype=torch.bool)
+            ),
         },
         probes=(wrong_row,),
         slots=("the mask",),
@@ -469,9 +445,7 @@ def _causal_cases(thorough: bool) -> Iterator[Case]:
         yield _causal_case(L)
 
 
-check_causal_mask = _register(
-    "causal_mask", "Exercise 3 · causal_mask", "def causal_mask(L):", _causal_cases
-)
+check_causal_mask = _register(3, "def causal_mask(L):", _causal_cases)
 
 
 # --- exercise 4: attention -----------------------------------------------------------------------
@@ -482,50 +456,47 @@ def _attention_case(
     key: torch.Tensor,
     value: torch.Tensor,
     mask: torch.Tensor | None,
-    **grad,
+    upstream: _Upstream = None,
 ) -> Case:
-    args = (query, key, value) + (() if mask is None else (mask,))
-    names = "query, key, value" + ("" if mask is None else ", mask")
     if query is key and key is value:
         tensors = f"x {_shape(query)} given as query, key and value"
     else:
         tensors = f"query {_shape(query)}, key {_shape(key)}, value {_shape(value)}"
-    expected = encoder_lib.scaled_dot_product_attention(query, key, value, mask)
 
     def mistakes() -> dict[str, tuple[None, torch.Tensor]]:
         scores = _reference_scores(query, key)
         weights = _weight_mistakes(scores, mask)
         for description, wrong_scores in _scale_mistakes(query, key).items():
             weights[description] = _reference_weights(wrong_scores, mask)
-        weights[SCORES_AS_WEIGHTS] = scores
+        weights["the weights are the scaled scores, before the softmax."] = scores
         return {description: (None, w) for description, w in weights.items()}
 
     def output_is_weights(obs: Observation) -> str | None:
         got = obs.value
-        if not isinstance(got, tuple | list) or len(got) != 2:
+        if not (isinstance(got, tuple | list) and len(got) == 2):
             return None
         out, weights = got
         if not (isinstance(out, torch.Tensor) and isinstance(weights, torch.Tensor)):
             return None
-        want_out, want_w = _shape(expected[0]), _shape(expected[1])
+        want_out, want_w = _shape(case.expected[0]), _shape(case.expected[1])
         if _shape(out) == want_w and _shape(weights) == want_out and want_w != want_out:
             return PAIR_SWAPPED
         if _shape(out) == want_w and close(out, weights):
             return FORGOT_V
         return None
 
-    case = Case(
-        Call("scaled_dot_product_attention", "scaled_dot_product_attention", args, **grad),
-        f"scaled_dot_product_attention({names}) with {_dtype(query)}{tensors} and "
-        f"{_describe_mask(mask)}" + (", backpropagating" if grad else ""),
-        expected=expected,
+    case = _case(
+        "scaled_dot_product_attention",
+        ("query", "key", "value", "mask"),
+        (query, key, value) + (() if mask is None else (mask,)),
+        f"{tensors} and {_describe_mask(mask)}",
+        encoder_lib.scaled_dot_product_attention,
+        upstream,
         mistakes=mistakes,
-        probes=(lambda obs, ask: _weights_problem(obs.value[1], expected[1], ""),),
+        probes=(lambda obs, ask: _weights_problem(obs.value[1], case.expected[1], ""),),
         slots=("the output", "the weights tensor"),
         letters=("(..., L_q, d_v)", "(..., L_q, L_k)"),
         order=(1, 0),
-        inputs={"args[0]": "query", "args[1]": "key", "args[2]": "value", "args[3]": "mask"},
-        failure_hint=_single_sequence_hint if query.dim() == 2 else None,
     )
     return _checked_first(case, output_is_weights)
 
@@ -549,20 +520,10 @@ def _attention_cases(thorough: bool) -> Iterator[Case]:
     q, k, v = (randn(2, n, 4, seed=521 + n, dtype=torch.float32) for n in (3, 5, 5))
     yield _attention_case(q, k, v, _dead_row_mask())
     q, k, v = (randn(2, n, d, seed=530 + n + d) for n, d in ((3, 4), (5, 4), (5, 6)))
-    mask, upstream = _pattern_mask(), (randn(2, 3, 6, seed=540), randn(2, 3, 5, seed=541))
-    grad = ("args[0]", "args[1]", "args[2]")
-    case = _attention_case(q, k, v, mask, grad=grad, upstream=upstream)
-    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
-    grads = torch.autograd.grad(
-        encoder_lib.scaled_dot_product_attention(*leaves, mask), leaves, upstream
-    )
-    case.grads = dict(zip(grad, grads, strict=True))
-    yield case
+    upstream = (randn(2, 3, 6, seed=540), randn(2, 3, 5, seed=541))
+    yield _attention_case(q, k, v, _pattern_mask(), upstream)
 
 
 check_scaled_dot_product_attention = _register(
-    "scaled_dot_product_attention",
-    "Exercise 4 · scaled_dot_product_attention",
-    "def scaled_dot_product_attention(query, key, value, mask=None):",
-    _attention_cases,
+    4, "def scaled_dot_product_attention(query, key, value, mask=None):", _attention_cases
 )

@@ -91,17 +91,6 @@ def _wrong_scale(p: float, factor: float, why: str) -> str:
     )
 
 
-def _drops(p: float, fraction: float) -> str:
-    return (
-        f"it drops {fraction:.0%} of the hidden units, but dropout with p = {p} should drop "
-        f"about {p:.0%}. Use self.dropout."
-    )
-
-
-_NO_DROPS = (
-    "it drops 0% of the hidden units: it scales them all by 1 / (1 - p) but never zeroes any. "
-    "Use self.dropout, which zeroes each unit with probability p and rescales the others."
-)
 _KEEP = (
     "it passes the keep probability 1 - p where dropout expects the probability p of zeroing a "
     "unit: "
@@ -158,9 +147,6 @@ class _FFN:
             **extra,
         )
 
-    def name(self, d_model: int) -> str:
-        return f"FeedForward({d_model}, {self.d_ff}, dropout={self.p}, activation={self.act!r})"
-
     def reference(self, x: torch.Tensor, train: bool) -> torch.Tensor:
         with reference_mode():
             ref = encoder_lib.FeedForward(x.shape[-1], self.d_ff, self.p, self.act).to(x.dtype)
@@ -184,7 +170,25 @@ class _FFN:
         with torch.no_grad():
             h = act(lin1(x))
             if train:
-                return self._train_mistakes(x, h, drop)
+                m = {
+                    _missing(p): lin2(h),
+                    _not_rescaled(p): lin2(drop(h) * (1 - p)),
+                    "it drops 0% of the hidden units: it scales them all by 1 / (1 - p) but never "
+                    "zeroes any. Use self.dropout, which zeroes each unit with probability p and "
+                    "rescales the others.": lin2(h / (1 - p)),
+                    _wrong_scale(p, 1 / (1 - p) ** 2, "it applies dropout twice: "): (
+                        lin2(drop(drop(h)))
+                    ),
+                    _wrong_scale(p, 1 / p, _KEEP): lin2(drop(h, 1 - p)),
+                }
+                for q in (0.1, 0.5, 0.2):
+                    if q != p:
+                        why = f"it drops with a fixed p = {q} instead of the dropout argument: "
+                        m[_wrong_scale(p, 1 / (1 - q), why)] = lin2(drop(h, q))
+                m[_ON_OUTPUT] = drop(lin2(h))
+                m[_ON_INPUT] = lin2(act(lin1(drop(x))))
+                m[_BEFORE_ACTIVATION] = lin2(act(drop(lin1(x))))
+                return m
             m = {
                 "the activation is missing. Without it linear2(linear1(x)) collapses into a "
                 "single affine map of x (see 'Why the non-linearity matters'): apply "
@@ -214,24 +218,6 @@ class _FFN:
             if p > 0:
                 m[_EVAL_DROPOUT] = lin2(drop(h))
             return m
-
-    def _train_mistakes(self, x, h, drop) -> dict[str, torch.Tensor]:
-        p, act, lin1, lin2 = self.p, _ACTIVATIONS[self.act], self.lin1, self.lin2
-        m = {
-            _missing(p): lin2(h),
-            _not_rescaled(p): lin2(drop(h) * (1 - p)),
-            _NO_DROPS: lin2(h / (1 - p)),
-            _wrong_scale(p, 1 / (1 - p) ** 2, "it applies dropout twice: "): lin2(drop(drop(h))),
-            _wrong_scale(p, 1 / p, _KEEP): lin2(drop(h, 1 - p)),
-        }
-        for q in (0.1, 0.5, 0.2):
-            if q != p:
-                why = f"it drops with a fixed p = {q} instead of the dropout argument: "
-                m[_wrong_scale(p, 1 / (1 - q), why)] = lin2(drop(h, q))
-        m[_ON_OUTPUT] = drop(lin2(h))
-        m[_ON_INPUT] = lin2(act(lin1(drop(x))))
-        m[_BEFORE_ACTIVATION] = lin2(act(drop(lin1(x))))
-        return m
 
 
 def _varies(ffn: _FFN, x: torch.Tensor) -> Callable[[Observation, Ask], str | None]:
@@ -293,7 +279,10 @@ def _read_back(p: float, act: str) -> Callable[[Observation, Ask], str | None]:
         if abs(factor - scale) > 1e-6 * scale:
             return _wrong_scale(p, factor, "")
         if not 0.4 * p <= fraction <= min(1.0, 1.6 * p):
-            return _drops(p, fraction)
+            return (
+                f"it drops {fraction:.0%} of the hidden units, but dropout with p = {p} should "
+                f"drop about {p:.0%}. Use self.dropout."
+            )
         return _OWN_MASK
 
     return probe
@@ -318,21 +307,6 @@ def _hint(d_model: int, d_ff: int, rank: int) -> Callable[[Failure], str | None]
     return hint
 
 
-def _spec(name: str) -> ModuleSpec:
-    return ModuleSpec(
-        parameters=("linear1.weight", "linear1.bias", "linear2.weight", "linear2.bias"),
-        names_message=(
-            f"{name} has the parameters {{got}}, but {{expected}} were expected (the names "
-            "nn.TransformerEncoderLayer uses, so that its weights load into yours). Keep the "
-            "given __init__, which creates linear1, dropout and linear2."
-        ),
-        not_module_message=(
-            "{call} should build an nn.Module: keep the given `class FeedForward(nn.Module)` and "
-            "its __init__."
-        ),
-    )
-
-
 def _ffn_case(
     shape: tuple[int, ...],
     d_ff: int,
@@ -345,15 +319,14 @@ def _ffn_case(
     d_model = shape[-1]
     ffn = _FFN(d_ff, p, act, _weights(d_model, d_ff, seed))
     x = randn(*shape, seed=seed + 10)
-    name = ffn.name(d_model)
+    name = f"FeedForward({d_model}, {d_ff}, dropout={p}, activation={act!r})"
     what = f"{name}(x) in {'train' if train else 'eval'} mode, x of shape {shape}"
-    probes = (_zeroed_output, _read_back(p, act)) if train else (_varies(ffn, x),)
     case = Case(
         ffn.call(x, train),
         what,
         expected=lambda: ffn.reference(x, train),
         mistakes=lambda: ffn.mistakes(x, train),
-        probes=probes,
+        probes=(_zeroed_output, _read_back(p, act)) if train else (_varies(ffn, x),),
         slots=("its output",),
         letters=("the shape of x",),
         shape_hints=(
@@ -364,7 +337,18 @@ def _ffn_case(
                 )
             },
         ),
-        module=_spec(name),
+        module=ModuleSpec(
+            parameters=("linear1.weight", "linear1.bias", "linear2.weight", "linear2.bias"),
+            names_message=(
+                f"{name} has the parameters {{got}}, but {{expected}} were expected (the names "
+                "nn.TransformerEncoderLayer uses, so that its weights load into yours). Keep the "
+                "given __init__, which creates linear1, dropout and linear2."
+            ),
+            not_module_message=(
+                "{call} should build an nn.Module: keep the given `class FeedForward(nn.Module)` "
+                "and its __init__."
+            ),
+        ),
         inputs={"args[0]": "x"},
         failure_hint=_hint(d_model, d_ff, len(shape)),
         messages={
@@ -377,16 +361,15 @@ def _ffn_case(
     )
     if backward:
         upstream = randn(*shape, seed=seed + 11)
+        leaf = x.clone().requires_grad_()
         with reference_mode():
             ref = encoder_lib.FeedForward(d_model, d_ff, p, act).double().train(train)
             ref.load_state_dict(ffn.w)
-            leaf = x.clone().requires_grad_()
             (ref(leaf) * upstream).sum().backward()
-        grads = {f"parameters.{n}": q.grad for n, q in ref.named_parameters()}
-        grads["args[0]"] = leaf.grad
         case.call = ffn.call(x, train, grad=("args[0]", "parameters"), upstream=(upstream,))
         case.what += ", backpropagating"
-        case.grads = grads
+        case.grads = {f"parameters.{n}": q.grad for n, q in ref.named_parameters()}
+        case.grads["args[0]"] = leaf.grad
         case.grad_names = {"args[0]": "x"} | {f"parameters.{n}": n for n in ffn.w}
     return case
 
@@ -423,6 +406,14 @@ check_feed_forward = register(
 
 
 # --- exercise 2: count_parameters ----------------------------------------------------------------
+
+
+def _register_function(number: int, signature: str, cases, rewrite=None) -> Callable[..., None]:
+    """Register exercise ``number``, the function whose given code is ``signature``."""
+    name = signature.removeprefix("def ").split("(")[0]
+    keep = f"keep the given `{signature}`"
+    title = f"Exercise {number} · {name}"
+    return register(Exercise(name, title, name, f"test_{name}", "function", keep, cases, rewrite))
 
 
 def _reference_count(d_model: int, d_ff: int) -> int:
@@ -501,17 +492,8 @@ def _count_rewrite(error: GradingError, case: Case, passed: list[Case]) -> Gradi
     return error
 
 
-check_count_parameters = register(
-    Exercise(
-        "count_parameters",
-        "Exercise 2 · count_parameters",
-        "count_parameters",
-        "test_count_parameters",
-        "function",
-        "keep the given `def count_parameters(d_model, d_ff):`",
-        _count_cases,
-        rewrite=_count_rewrite,
-    )
+check_count_parameters = _register_function(
+    2, "def count_parameters(d_model, d_ff):", _count_cases, _count_rewrite
 )
 
 
@@ -579,14 +561,4 @@ def _gelu_cases(thorough: bool) -> Iterator[Case]:
     yield _gelu_case(randn(50, seed=520), "gelu(x) for x of shape (50,)", backward=True)
 
 
-check_gelu = register(
-    Exercise(
-        "gelu",
-        "Exercise 3 · gelu",
-        "gelu",
-        "test_gelu",
-        "function",
-        "keep the given `def gelu(x):`",
-        _gelu_cases,
-    )
-)
+check_gelu = _register_function(3, "def gelu(x):", _gelu_cases)
