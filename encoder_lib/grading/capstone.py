@@ -2,26 +2,14 @@
 as data for the runner.
 
 - ``check_masked_mean(masked_mean)``, exercise (a): the mean of ``h`` (B, L, D) over the
-  positions where the boolean ``keep`` (B, L) is True. Named: a plain mean over all L positions
-  (padding included), the sum divided by the padded length L, the sum not divided at all, the
-  mask's polarity reversed, the mean over the features instead of the positions, ``keepdim``
-  left on, a mask without its trailing axis (an error, or silently along the features when
-  L = D), a changed dtype, ``h`` changed in place, no gradient.
+  positions where the boolean ``keep`` (B, L) is True.
 - ``check_train_step(train_step)``, exercise (b): one optimisation step on one mini-batch,
-  returning the loss as a float. Named: ``model.eval()`` left on while training (dropout off),
-  the loss computed on probabilities (softmax, then cross-entropy) or with ``F.nll_loss`` on the
-  logits, the loss summed instead of averaged, ``zero_grad`` forgotten (gradients accumulate),
-  the gradients zeroed between ``backward`` and ``step``, ``loss.backward()`` or
-  ``optimizer.step()`` never called (or the step taken before ``backward``), two steps, the loss
-  returned as a tensor.
+  returning the loss as a float.
 - ``check_sentiment_classifier(SentimentClassifier)``, exercise (c): the forward pass of the
-  classifier whose ``__init__`` is given (embedding, positions, encoder, head). Named: pooling
-  over the padding (a plain mean), the sum divided by the padded length L, a sum, the pooling
-  mask reversed, the first or last position instead of a mean, the encoder run without the
-  padding mask or with it reversed, no positional encoding, the head applied to every position
-  or on the wrong axis (to a mean over the features), softmax or log-softmax on the logits
-  (probabilities instead of logits), predicted classes instead of logits, a forward that switches
-  dropout off in training, gradients that do not reach the encoder.
+  classifier whose ``__init__`` is given (embedding, positions, encoder, head).
+
+The mistakes each check names are listed where they are built: ``_mean_mistakes``,
+``_loss_mistakes`` and ``_parameter_problem``, ``_classifier_mistakes``.
 
 Design choices:
 - (b) does not depend on (a) or (c): its scenario (``observe.SCENARIOS["capstone.train_step"]``,
@@ -56,7 +44,7 @@ import encoder_lib
 from . import observe, runner
 from .feedback import GradingError
 from .observe import Call, Failure, Observation
-from .runner import Ask, Case, Exercise, ModuleSpec, close, keep_first, randn, reference_mode
+from .runner import Case, Exercise, ModuleSpec, close, keep_first, randn, reference_mode
 
 __all__ = ["check_masked_mean", "check_train_step", "check_sentiment_classifier"]
 
@@ -95,23 +83,22 @@ class _Classifier(nn.Module):
         self.encoder = encoder_lib.TransformerEncoder(layer, num_layers)
         self.head = nn.Linear(d_model, 2)
 
-    def hidden(self, token_ids: torch.Tensor, positions: bool = True, mask: str = "right"):
-        """The encoder's output (B, L, D); ``mask``: "right", "none" or "reversed"."""
-        keep = token_ids != self.pad_id  # (B, L)
+    def hidden(self, token_ids: torch.Tensor, keep: torch.Tensor | None, positions: bool = True):
+        """The encoder's output (B, L, D), attending where ``keep`` (B, L) is True (None: no
+        mask)."""
         x = self.embedding(token_ids)
         x = self.positional(x) if positions else x
-        m = {"right": keep[:, None, None, :], "none": None, "reversed": ~keep[:, None, None, :]}
-        return self.encoder(x, m[mask])
+        return self.encoder(x, None if keep is None else keep[:, None, None, :])
 
     def forward(self, token_ids: torch.Tensor) -> torch.Tensor:
-        keep = token_ids != self.pad_id
-        return self.head(_masked_mean(self.hidden(token_ids), keep))  # (B, 2)
+        keep = token_ids != self.pad_id  # (B, L)
+        return self.head(_masked_mean(self.hidden(token_ids, keep), keep))  # (B, 2)
 
 
-def _reference_classifier(sizes: Mapping[str, Any], seed: int, dtype=torch.float64) -> _Classifier:
+def _reference_classifier(seed: int, dtype: torch.dtype, *args: Any, **sizes: Any) -> _Classifier:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = _Classifier(**sizes).to(dtype)
+        model = _Classifier(*args, **sizes).to(dtype)
     g = torch.Generator().manual_seed(seed + 1)
     with torch.no_grad():  # a visible head (nn.Linear starts small), norms that are not 1 and 0
         model.head.weight.mul_(4.0)
@@ -120,6 +107,15 @@ def _reference_classifier(sizes: Mapping[str, Any], seed: int, dtype=torch.float
             if ".norm" in name:
                 p.add_(0.3 * torch.randn(p.shape, generator=g, dtype=torch.float64).to(dtype))
     return model
+
+
+def _wrong_poolings(h: torch.Tensor, keep: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """What the usual mistakes in pooling ``h`` (B, L, D) over the real positions give: a plain
+    mean (the padding included), the mean of the padding (the mask reversed), the sum, and the
+    sum divided by the padded length L."""
+    k = keep[:, :, None].to(h.dtype)
+    pad, total = 1 - k, (h * k).sum(dim=1)
+    return h.mean(dim=1), (h * pad).sum(dim=1) / pad.sum(dim=1), total, total / h.shape[1]
 
 
 def _token_ids(lengths: list[int], length: int, vocab: int, pad: int, seed: int) -> torch.Tensor:
@@ -144,22 +140,17 @@ _MEAN_NO_GRAD = (
 
 
 def _mean_mistakes(h: torch.Tensor, keep: torch.Tensor) -> dict[str, torch.Tensor]:
-    k = keep[:, :, None].to(h.dtype)
-    pad = 1 - k
-    L = h.shape[1]
+    plain, padding, total, by_length = _wrong_poolings(h, keep)
     mistakes = {
         "it averages all L positions, padding included (a plain mean over dim 1). Average only "
         "the positions where keep is True: sum h * keep over the positions and divide by the "
-        "number of real tokens.": h.mean(dim=1),
+        "number of real tokens.": plain,
         "it averages the padding positions instead of the real tokens: the mask polarity is "
-        "reversed. keep is True at real tokens.": (h * pad).sum(dim=1) / pad.sum(dim=1),
+        "reversed. keep is True at real tokens.": padding,
         "it returns the sum of the real positions without dividing by their number (keep.sum "
-        "over the positions).": (h * k).sum(dim=1),
+        "over the positions).": total,
         "it divides the sum of the real positions by L, the padded length, instead of by the "
-        "number of real tokens in each sentence: short sentences get small vectors.": (h * k).sum(
-            dim=1
-        )
-        / L,
+        "number of real tokens in each sentence: short sentences get small vectors.": by_length,
     }
     if h.shape[0] == 1 and h.shape[1] == h.shape[2]:
         along_d = keep[:, None, :].to(h.dtype)  # what h * keep broadcasts to when L = D
@@ -181,19 +172,22 @@ def _trailing_axis_hint(failure: Failure) -> str | None:
     )
 
 
-def _mean_case(h: torch.Tensor, keep: torch.Tensor, gradient: bool = False) -> Case:
+def _mean_case(h: torch.Tensor, keep: torch.Tensor | list[int], gradient: bool = False) -> Case:
+    """``keep``: the mask, or the lengths of the sentences (then real tokens come first)."""
     B, L, D = h.shape
+    if not isinstance(keep, torch.Tensor):
+        keep = keep_first(keep, L, extra_axes=0)
     h = h.clone()
     h[~keep] += 5.0  # padding far from the real positions, so that a leak shows
     dtype = "" if h.dtype == torch.float64 else f" ({h.dtype})"
     what = f"masked_mean(h, keep) with h of shape (B, L, D) = {(B, L, D)}{dtype}"
-    extra: dict[str, Any] = {}
+    grads = None
     call = Call("masked_mean", "masked_mean", (h, keep))
     if gradient:
         upstream = randn(B, D, seed=97).to(h.dtype)
         leaf = h.clone().requires_grad_()
         (_masked_mean(leaf, keep) * upstream).sum().backward()
-        extra = {"grads": {"args[0]": leaf.grad}}
+        grads = {"args[0]": leaf.grad}
         call = dataclasses.replace(call, grad=("args[0]",), upstream=(upstream,))
         what += ", backpropagating"
     return Case(
@@ -214,24 +208,21 @@ def _mean_case(h: torch.Tensor, keep: torch.Tensor, gradient: bool = False) -> C
         inputs={"args[0]": "h", "args[1]": "keep"},
         failure_hint=_trailing_axis_hint,
         messages={"dtype": _MEAN_DTYPE, "no_grad": _MEAN_NO_GRAD},
-        grad_names={"args[0]": "h"},
-        **extra,
+        grads=grads,
     )
 
 
 def _mean_cases(thorough: bool) -> Iterator[Case]:
-    yield _mean_case(randn(3, 5, 4, seed=1), keep_first([4, 2, 3], 5, extra_axes=0))
+    yield _mean_case(randn(3, 5, 4, seed=1), [4, 2, 3])
     if not thorough:
         return
-    yield _mean_case(randn(2, 6, 3, seed=11), keep_first([6, 1], 6, extra_axes=0))
-    yield _mean_case(randn(1, 1, 5, seed=21), keep_first([1], 1, extra_axes=0))
-    yield _mean_case(randn(1, 4, 4, seed=31), keep_first([2], 4, extra_axes=0))  # L = D
+    yield _mean_case(randn(2, 6, 3, seed=11), [6, 1])
+    yield _mean_case(randn(1, 1, 5, seed=21), [1])
+    yield _mean_case(randn(1, 4, 4, seed=31), [2])  # L = D
     scattered = torch.tensor([[True, False, True, False, True], [False, True, False, True, True]])
     yield _mean_case(randn(2, 5, 3, seed=41), scattered)
-    yield _mean_case(
-        randn(2, 5, 6, seed=51, dtype=torch.float32), keep_first([5, 3], 5, extra_axes=0)
-    )
-    yield _mean_case(randn(2, 4, 3, seed=61), keep_first([3, 1], 4, extra_axes=0), gradient=True)
+    yield _mean_case(randn(2, 5, 6, seed=51, dtype=torch.float32), [5, 3])
+    yield _mean_case(randn(2, 4, 3, seed=61), [3, 1], gradient=True)
 
 
 check_masked_mean = runner.register(
@@ -254,15 +245,15 @@ _STEP = "capstone.train_step"
 
 class _SGD:
     """Plain gradient descent, ``p -= lr * p.grad``, with what a training step calls of an
-    optimiser: ``zero_grad(set_to_none=True)`` and ``step()``. It is not a ``torch.optim``
-    optimiser on purpose: building one imports ``torch._dynamo`` (seconds), which every graded
-    notebook would pay twice, in the kernel and in the grader."""
+    optimiser: ``zero_grad(set_to_none=True)`` and ``step()``. Not ``torch.optim`` on purpose
+    (see the module's docstring): every graded notebook would pay for it twice, in the kernel
+    and in the grader."""
 
-    def __init__(self, parameters: Any, lr: float, events: list[str] | None = None):
+    def __init__(self, parameters: Any, lr: float):
         self.params = list(parameters)
         self.lr = lr
         self.param_groups = [{"params": self.params, "lr": lr}]
-        self.events = events if events is not None else []
+        self.events: list[str] = []
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         self.events.append("zero_grad")
@@ -280,6 +271,10 @@ class _SGD:
                 p.add_(p.grad, alpha=-self.lr)
 
 
+def _parameters(model: nn.Module) -> dict[str, torch.Tensor]:
+    return {n: p.detach().clone() for n, p in model.named_parameters()}
+
+
 class _Log:
     """What happens to the model and the optimiser while ``train_step`` runs."""
 
@@ -287,7 +282,7 @@ class _Log:
         self.events = optimizer.events
         self.modes: list[bool] = []
         model.register_forward_pre_hook(self._forward)
-        model.head.bias.register_post_accumulate_grad_hook(self._backward)
+        model.head.bias.register_post_accumulate_grad_hook(lambda _: self.events.append("backward"))
         original = model.zero_grad
 
         def zero_grad(*args: Any, **kwargs: Any) -> Any:
@@ -299,9 +294,6 @@ class _Log:
     def _forward(self, module: nn.Module, args: Any) -> None:
         self.events.append("forward")
         self.modes.append(module.training)
-
-    def _backward(self, parameter: torch.Tensor) -> None:
-        self.events.append("backward")
 
     def take(self) -> dict[str, Any]:
         facts = {"events": list(self.events), "modes": list(self.modes)}
@@ -332,14 +324,8 @@ def _run_train_step(lookup: Callable[[str], Any], call: Call) -> Observation:
             for ids, labels in options["batches"]:
                 value = target(model, optimizer, ids.clone(), labels.clone())
                 value, facts = observe.export_value(value)
-                steps.append(
-                    {
-                        "value": value,
-                        "tensors": facts,
-                        "parameters": {n: p.detach().clone() for n, p in model.named_parameters()},
-                        **log.take(),
-                    }
-                )
+                step = {"value": value, "tensors": facts, "parameters": _parameters(model)}
+                steps.append(step | log.take())
         except Exception as error:  # anything the student's code raised is observed, not raised
             obs.failure = observe._failure(error, "call", seen)
         if seen and obs.failure is None:
@@ -353,16 +339,9 @@ observe.SCENARIOS[_STEP] = _run_train_step
 
 # --- (b) train_step: judging what the scenario saw -----------------------------------------------
 
-_SIZES = {
-    "vocab_size": 10,
-    "pad_id": 0,
-    "max_len": 8,
-    "d_model": 8,
-    "num_heads": 2,
-    "d_ff": 16,
-    "num_layers": 1,
-    "dropout": 0.25,
-}
+_SIZES = dict(
+    vocab_size=10, pad_id=0, max_len=8, d_model=8, num_heads=2, d_ff=16, num_layers=1, dropout=0.25
+)
 _LR = 0.1
 
 
@@ -373,14 +352,18 @@ class _StepSetup:
 
     seed: int
     train: bool
-    batches: list[tuple[torch.Tensor, torch.Tensor]]
 
     def __post_init__(self) -> None:
-        self.model = _reference_classifier(_SIZES, self.seed)
-        self.state = {k: v.clone() for k, v in self.model.state_dict().items()}
+        vocab, pad, seed = _SIZES["vocab_size"], _SIZES["pad_id"], self.seed
+        self.batches = [
+            (_token_ids([6, 3, 5, 2], 6, vocab, pad, seed + 1), torch.tensor([1, 0, 0, 1])),
+            (_token_ids([4, 6, 1, 5], 6, vocab, pad, seed + 2), torch.tensor([0, 1, 1, 0])),
+        ]
+        model = _reference_classifier(seed, torch.float64, **_SIZES)
+        self.state = {k: v.clone() for k, v in model.state_dict().items()}
         self.stale = {
-            name: randn(*p.shape, seed=self.seed + 7 + i) * 0.5
-            for i, (name, p) in enumerate(self.model.named_parameters())
+            name: randn(*p.shape, seed=seed + 7 + i) * 0.5
+            for i, (name, p) in enumerate(model.named_parameters())
         }
 
     def call(self) -> Call:
@@ -389,25 +372,16 @@ class _StepSetup:
             "train_step",
             train=self.train,
             scenario=_STEP,
-            options={
-                "sizes": _SIZES,
-                "state": self.state,
-                "stale": self.stale,
-                "lr": _LR,
-                "batches": self.batches,
-            },
+            options=dict(
+                sizes=_SIZES, state=self.state, stale=self.stale, lr=_LR, batches=self.batches
+            ),
             seed=self.seed,
         )
 
-    def fresh(self, state: Mapping[str, torch.Tensor]) -> _Classifier:
-        model = _reference_classifier(_SIZES, self.seed)
+    def model(self, state: Mapping[str, torch.Tensor], train: bool = True) -> _Classifier:
+        model = _reference_classifier(self.seed, torch.float64, **_SIZES)
         model.load_state_dict(state)
-        return model
-
-    def logits(self, state: Mapping[str, torch.Tensor], ids: torch.Tensor, train: bool = True):
-        model = self.fresh(state).train(train)
-        with reference_mode(), torch.no_grad():
-            return model(ids)
+        return model.train(train)
 
     def update(
         self,
@@ -418,7 +392,7 @@ class _StepSetup:
     ) -> tuple[float, dict[str, torch.Tensor]]:
         """One right step from ``state``: (loss, parameters after). With ``grads`` (what .grad
         held before), the step that forgets to clear them."""
-        model = self.fresh(state).train()
+        model = self.model(state)
         optimizer = _SGD(model.parameters(), _LR)
         with reference_mode():
             loss = F.cross_entropy(model(ids), labels)
@@ -428,10 +402,6 @@ class _StepSetup:
                 p.grad = p.grad + grads[n]
         optimizer.step()
         return loss.item(), _parameters(model)
-
-
-def _parameters(model: nn.Module) -> dict[str, torch.Tensor]:
-    return {n: p.detach().clone() for n, p in model.named_parameters()}
 
 
 def _same_parameters(got: Mapping[str, Any], want: Mapping[str, torch.Tensor]) -> bool:
@@ -452,7 +422,8 @@ _PROBABILITIES = (
 
 def _loss_mistakes(s: _StepSetup, state, ids, labels, value: float) -> str | None:
     """The named mistake whose loss equals ``value``, or None."""
-    train_logits, eval_logits = s.logits(state, ids), s.logits(state, ids, train=False)
+    with reference_mode(), torch.no_grad():
+        train_logits, eval_logits = s.model(state)(ids), s.model(state, train=False)(ids)
     candidates = [
         (_EVAL_MODE, F.cross_entropy(eval_logits, labels)),
         (_PROBABILITIES, F.cross_entropy(F.softmax(train_logits, dim=-1), labels)),
@@ -478,7 +449,7 @@ def _loss_mistakes(s: _StepSetup, state, ids, labels, value: float) -> str | Non
     return None
 
 
-def _judge_train_step(s: _StepSetup, obs: Observation, ask: Ask) -> None:
+def _judge_train_step(s: _StepSetup, obs: Observation) -> None:
     steps: list[dict[str, Any]] = obs.info.get("steps", [])
     if len(steps) != len(s.batches):
         raise GradingError("the grader got no record of the steps: run train_step's cell again.")
@@ -511,7 +482,7 @@ def _judge_train_step(s: _StepSetup, obs: Observation, ask: Ask) -> None:
                 raise GradingError(named + which)
             if modes and not any(modes):
                 raise GradingError(_EVAL_MODE + which)
-            if "forward" not in events and not modes:
+            if not modes:  # the model was never called
                 raise GradingError(
                     f"the loss it returns{which} is {value:.6g}, not the cross-entropy of "
                     "model(token_ids) against labels: call the model on the batch and return "
@@ -582,27 +553,17 @@ def _parameter_problem(s, state, ids, labels, grads, got, events) -> str:
     )
 
 
-def _batch(lengths: list[int], length: int, labels: list[int], seed: int):
-    ids = _token_ids(lengths, length, _SIZES["vocab_size"], _SIZES["pad_id"], seed)
-    return ids, torch.tensor(labels)
-
-
 def _step_case(seed: int, train: bool) -> Case:
-    batches = [
-        _batch([6, 3, 5, 2], 6, [1, 0, 0, 1], seed + 1),
-        _batch([4, 6, 1, 5], 6, [0, 1, 1, 0], seed + 2),
-    ]
-    s = _StepSetup(seed, train, batches)
+    s = _StepSetup(seed, train)
     mode = "train" if train else "eval"
-    case = Case(
+    return Case(
         s.call(),
         f"train_step(model, optimizer, token_ids, labels) twice, on batches of shape (4, 6), "
         f"the model handed over in {mode} mode with gradients left in .grad",
         expected=None,
         failure_hint=_step_hint,
+        judge=lambda obs, ask: _judge_train_step(s, obs),
     )
-    case.judge = lambda obs, ask: _judge_train_step(s, obs, ask)
-    return case
 
 
 def _step_hint(failure: Failure) -> str | None:
@@ -611,7 +572,7 @@ def _step_hint(failure: Failure) -> str | None:
             "The loss has no graph to backpropagate through: do not run the forward pass under "
             "torch.no_grad() or detach the logits in train_step."
         )
-    if "expected scalar type Long" in failure.message or "Long" in failure.message:
+    if "Long" in failure.message:
         return "F.cross_entropy takes the logits first and the integer labels second."
     return None
 
@@ -668,113 +629,87 @@ _CLASSIFIER_DTYPE = (
 
 
 def _classifier_mistakes(model: _Classifier, ids: torch.Tensor, train: bool):
-    def mistakes() -> dict[str, torch.Tensor]:
-        keep = ids != model.pad_id
-        k = keep[:, :, None].to(model.head.weight.dtype)
-        L = ids.shape[1]
-        head = model.head
-        with reference_mode(), torch.no_grad():
-            h = model.hidden(ids)
-            logits = head(_masked_mean(h, keep))
-            m = {
-                "the pooling averages the padding positions too (a plain mean over dim 1): pool "
-                "with masked_mean(h, keep), keep = token_ids != self.pad_id.": head(h.mean(dim=1)),
-                "the pooling divides the sum of the real positions by L, the padded length, "
-                "instead of by the number of real tokens: use masked_mean(h, keep).": head(
-                    (h * k).sum(dim=1) / L
-                ),
-                "the pooling averages the padding instead of the real tokens: the mask polarity "
-                "is reversed (keep must be True where token_ids != self.pad_id).": head(
-                    (h * (1 - k)).sum(dim=1) / (1 - k).sum(dim=1)
-                ),
-                "it sums the real positions instead of averaging them (use masked_mean).": head(
-                    (h * k).sum(dim=1)
-                ),
-                "it classifies the first position (<start>) only: average all the real positions "
-                "with masked_mean.": head(h[:, 0]),
-                "it classifies the last position, which is padding: average the real positions "
-                "with masked_mean.": head(h[:, -1]),
-                "softmax is applied: return the raw logits, not probabilities. F.cross_entropy "
-                "applies log-softmax itself, and argmax gives the same prediction on "
-                "logits.": F.softmax(logits, dim=-1),
-                "log_softmax is applied: return the raw logits (the head's output), not "
-                "log-probabilities. F.cross_entropy applies log-softmax itself.": F.log_softmax(
-                    logits, dim=-1
-                ),
-            }
-            if h.shape[1] == h.shape[2]:
-                m[
-                    "the head is applied on the wrong axis: the pooling averages the D features "
-                    "of each position (dim -1), so the head reads one number per position "
-                    "instead of the sentence's D-vector. Pool over the positions (dim 1) with "
-                    "masked_mean(h, keep), then apply the head."
-                ] = head(h.mean(dim=-1))
-            unmasked = _masked_mean(model.hidden(ids, mask="none"), keep)
+    keep, head = ids != model.pad_id, model.head
+    with reference_mode(), torch.no_grad():
+        h = model.hidden(ids, keep)
+        logits = head(_masked_mean(h, keep))
+        plain, padding, total, by_length = _wrong_poolings(h, keep)
+        unmasked = _masked_mean(model.hidden(ids, None), keep)
+        mask_reversed = _masked_mean(model.hidden(ids, ~keep), keep)
+        no_positions = _masked_mean(model.hidden(ids, keep, positions=False), keep)
+        m = {
+            "the pooling averages the padding positions too (a plain mean over dim 1): pool "
+            "with masked_mean(h, keep), keep = token_ids != self.pad_id.": head(plain),
+            "the pooling divides the sum of the real positions by L, the padded length, "
+            "instead of by the number of real tokens: use masked_mean(h, keep).": head(by_length),
+            "the pooling averages the padding instead of the real tokens: the mask polarity "
+            "is reversed (keep must be True where token_ids != self.pad_id).": head(padding),
+            "it sums the real positions instead of averaging them (use masked_mean).": head(total),
+            "it classifies the first position (<start>) only: average all the real positions "
+            "with masked_mean.": head(h[:, 0]),
+            "it classifies the last position, which is padding: average the real positions "
+            "with masked_mean.": head(h[:, -1]),
+            "softmax is applied: return the raw logits, not probabilities. F.cross_entropy "
+            "applies log-softmax itself, and argmax gives the same prediction on "
+            "logits.": F.softmax(logits, dim=-1),
+            "log_softmax is applied: return the raw logits (the head's output), not "
+            "log-probabilities. F.cross_entropy applies log-softmax "
+            "itself.": F.log_softmax(logits, dim=-1),
+        }
+        if h.shape[1] == h.shape[2]:
             m[
-                "the encoder runs without the padding mask: the real tokens attend to the "
-                "padding. Pass the mask (B, 1, 1, L), True at real tokens: "
-                "self.encoder(x, keep[:, None, None, :])."
-            ] = head(unmasked)
-            reversed_mask = _masked_mean(model.hidden(ids, mask="reversed"), keep)
-            m[
-                "the mask passed to the encoder has the wrong polarity: True at padding. True "
-                "means 'may attend', so it must be True at the real tokens."
-            ] = head(reversed_mask)
-            m[
-                "no positional encoding is added: without self.positional the encoder cannot "
-                "tell the order of the words, and order is all this task is about. Apply "
-                "self.positional to the embeddings."
-            ] = head(_masked_mean(model.hidden(ids, positions=False), keep))
+                "the head is applied on the wrong axis: the pooling averages the D features "
+                "of each position (dim -1), so the head reads one number per position "
+                "instead of the sentence's D-vector. Pool over the positions (dim 1) with "
+                "masked_mean(h, keep), then apply the head."
+            ] = head(h.mean(dim=-1))
+        m |= {
+            "the encoder runs without the padding mask: the real tokens attend to the "
+            "padding. Pass the mask (B, 1, 1, L), True at real tokens: "
+            "self.encoder(x, keep[:, None, None, :]).": head(unmasked),
+            "the mask passed to the encoder has the wrong polarity: True at padding. True "
+            "means 'may attend', so it must be True at the real tokens.": head(mask_reversed),
+            "no positional encoding is added: without self.positional the encoder cannot "
+            "tell the order of the words, and order is all this task is about. Apply "
+            "self.positional to the embeddings.": head(no_positions),
+        }
         if model.pad_id != 0:
             zero = ids != 0
-            with reference_mode(), torch.no_grad():
-                x = model.positional(model.embedding(ids))
-                wrong = _masked_mean(model.encoder(x, zero[:, None, None, :]), zero)
             m[
                 f"it treats token id 0 as padding, but this model's padding id is "
                 f"{model.pad_id}: build keep from self.pad_id, not from a fixed number."
-            ] = head(wrong)
-        if train:
-            model.eval()
-            with torch.no_grad():
-                m[
-                    "dropout is off in training mode: forward must not switch the model (or the "
-                    "encoder) to eval mode; model.train() and model.eval() are the caller's "
-                    "job."
-                ] = model(ids)
-            model.train()
-        return m
+            ] = head(_masked_mean(model.hidden(ids, zero), zero))
+    if train:
+        model.eval()
+        with torch.no_grad():
+            m[
+                "dropout is off in training mode: forward must not switch the model (or the "
+                "encoder) to eval mode; model.train() and model.eval() are the caller's job."
+            ] = model(ids)
+        model.train()
+    return m
 
-    return mistakes
+
+_CLASSIFIER_OPTIONS = dict(d_model=8, num_heads=2, d_ff=16, num_layers=2, dropout=0.1)
+"""The keyword arguments of every classifier the check builds (after vocab_size, pad_id and
+max_len)."""
 
 
 def _classifier_case(
-    B: int,
-    L: int,
     lengths: list[int],
+    L: int,
     seed: int,
     pad: int = 0,
-    D: int = 8,
     train: bool = False,
     dtype: torch.dtype = torch.float64,
     gradient: bool = False,
 ) -> Case:
-    sizes = {
-        "vocab_size": 11,
-        "pad_id": pad,
-        "max_len": 12,
-        "d_model": D,
-        "num_heads": 2,
-        "d_ff": 16,
-        "num_layers": 2,
-        "dropout": 0.1,
-    }
-    model = _reference_classifier(sizes, seed, dtype).train(train)
-    ids = _token_ids(lengths, L, sizes["vocab_size"], pad, seed + 1)
-    init = ((sizes["vocab_size"], pad, sizes["max_len"]), {k: sizes[k] for k in list(sizes)[3:]})
+    B, vocab = len(lengths), 11
+    init = ((vocab, pad, 12), _CLASSIFIER_OPTIONS)
+    model = _reference_classifier(seed, dtype, *init[0], **init[1]).train(train)
+    ids = _token_ids(lengths, L, vocab, pad, seed + 1)
     state = {k: v.clone() for k, v in model.state_dict().items()}
-    extra: dict[str, Any] = {}
-    upstream = None
+    grads, grad_names, upstream = None, {}, None
     what = f"SentimentClassifier{init[0]}(token_ids) with token_ids of shape {(B, L)}"
     what += f" ({dtype})" if dtype != torch.float64 else ""
     what += " in training mode" if train else ""
@@ -782,20 +717,14 @@ def _classifier_case(
         upstream = (randn(B, 2, seed=seed + 3).to(dtype),)
         with reference_mode():
             (model(ids) * upstream[0]).sum().backward()
-        order = [n for n, _ in model.named_parameters()]
-        order = [n for n in order if n.startswith("encoder.")] + [
-            n for n in order if not n.startswith("encoder.")
-        ]
         params = dict(model.named_parameters())
-        extra = {
-            "grads": {f"parameters.{n}": params[n].grad.clone() for n in order},
-            "grad_names": {f"parameters.{n}": f"self.{n}" for n in order},
-        }
+        order = sorted(params, key=lambda n: not n.startswith("encoder."))  # the encoder first
+        grads = {f"parameters.{n}": params[n].grad.clone() for n in order}
+        grad_names = {f"parameters.{n}": f"self.{n}" for n in order}
         model.zero_grad(set_to_none=True)
         what += ", backpropagating"
     with reference_mode(), torch.no_grad():
         expected = model(ids)
-    names = [n for n, _ in model.named_parameters()]
     return Case(
         Call(
             "SentimentClassifier",
@@ -813,7 +742,7 @@ def _classifier_case(
         ),
         what,
         expected=expected,
-        mistakes=_classifier_mistakes(model, ids, train),
+        mistakes=lambda: _classifier_mistakes(model, ids, train),
         slots=("the output",),
         letters=("(B, 2)",),
         shape_hints=(
@@ -829,17 +758,17 @@ def _classifier_case(
             },
         ),
         module=ModuleSpec(
-            parameters=names,
+            parameters=[n for n, _ in model.named_parameters()],
             names_message=(
                 "SentimentClassifier should have the parameters of the given __init__ (an "
                 "embedding, an encoder and a head), got {got}: keep the given __init__."
             ),
-            keep_init="keep the given __init__",
         ),
         inputs={"args[0]": "token_ids"},
         failure_hint=_classifier_hint,
         messages={"dtype": _CLASSIFIER_DTYPE},
-        **extra,
+        grads=grads,
+        grad_names=grad_names,
     )
 
 
@@ -859,14 +788,14 @@ def _classifier_hint(failure: Failure) -> str | None:
 
 
 def _classifier_cases(thorough: bool) -> Iterator[Case]:
-    yield _classifier_case(3, 7, [6, 4, 2], seed=400)  # every row padded
-    yield _classifier_case(3, 7, [6, 4, 2], seed=410, train=True)
+    yield _classifier_case([6, 4, 2], 7, seed=400)  # every row padded
+    yield _classifier_case([6, 4, 2], 7, seed=410, train=True)
     if not thorough:
         return
-    yield _classifier_case(2, 8, [5, 8], seed=420, pad=1)  # L = D, and pad id 1
-    yield _classifier_case(1, 1, [1], seed=430)
-    yield _classifier_case(4, 6, [6, 2, 3, 5], seed=440, train=True, gradient=True)
-    yield _classifier_case(2, 5, [5, 3], seed=450, dtype=torch.float32)
+    yield _classifier_case([5, 8], 8, seed=420, pad=1)  # L = D, and pad id 1
+    yield _classifier_case([1], 1, seed=430)
+    yield _classifier_case([6, 2, 3, 5], 6, seed=440, train=True, gradient=True)
+    yield _classifier_case([5, 3], 5, seed=450, dtype=torch.float32)
 
 
 check_sentiment_classifier = runner.register(
