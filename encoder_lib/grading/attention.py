@@ -36,7 +36,7 @@ import encoder_lib
 from . import observe, runner
 from .feedback import GradingError
 from .observe import Call, Failure, Forbidden, Observation
-from .runner import Ask, Case, Exercise, close, keep_first, randn, register
+from .runner import Ask, Case, close, keep_first, randn, register_given
 
 __all__ = [
     "check_attention_scores",
@@ -196,14 +196,6 @@ def _dtype(x: torch.Tensor) -> str:
     return "" if x.dtype == torch.float64 else f"{str(x.dtype).removeprefix('torch.')} "
 
 
-def _register(number: int, signature: str, cases) -> Callable[..., None]:
-    """Register exercise ``number``, whose given code is ``signature`` (``"def name(...):"``)."""
-    name = signature.removeprefix("def ").split("(")[0]
-    keep = f"keep the given `{signature}`"
-    title = f"Exercise {number} · {name}"
-    return register(Exercise(name, title, name, f"test_{name}", "function", keep, cases, _batched))
-
-
 # --- references and the outputs of the classic mistakes ------------------------------------------
 
 
@@ -352,7 +344,9 @@ def _scores_cases(thorough: bool) -> Iterator[Case]:
     yield _scores_case(query, key, upstream=(randn(2, 3, 5, seed=304),))
 
 
-check_attention_scores = _register(1, "def attention_scores(query, key):", _scores_cases)
+check_attention_scores = register_given(
+    1, "def attention_scores(query, key):", _scores_cases, rewrite=_batched
+)
 
 
 # --- exercise 2: masked softmax ------------------------------------------------------------------
@@ -396,7 +390,9 @@ def _softmax_cases(thorough: bool) -> Iterator[Case]:
     yield _softmax_case(scores, _pattern_mask(), upstream=(upstream,))
 
 
-check_masked_softmax = _register(2, "def masked_softmax(scores, mask=None):", _softmax_cases)
+check_masked_softmax = register_given(
+    2, "def masked_softmax(scores, mask=None):", _softmax_cases, rewrite=_batched
+)
 
 
 # --- exercise 3: causal mask ---------------------------------------------------------------------
@@ -445,7 +441,7 @@ def _causal_cases(thorough: bool) -> Iterator[Case]:
         yield _causal_case(L)
 
 
-check_causal_mask = _register(3, "def causal_mask(L):", _causal_cases)
+check_causal_mask = register_given(3, "def causal_mask(L):", _causal_cases, rewrite=_batched)
 
 
 # --- exercise 4: attention -----------------------------------------------------------------------
@@ -524,6 +520,9 @@ def _attention_cases(thorough: bool) -> Iterator[Case]:
     yield _attention_case(q, k, v, _pattern_mask(), upstream)
 
 
-check_scaled_dot_product_attention = _register(
-    4, "def scaled_dot_product_attention(query, key, value, mask=None):", _attention_cases
+check_scaled_dot_product_attention = register_given(
+    4,
+    "def scaled_dot_product_attention(query, key, value, mask=None):",
+    _attention_cases,
+    rewrite=_batched,
 )

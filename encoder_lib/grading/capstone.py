@@ -44,7 +44,7 @@ import encoder_lib
 from . import observe, runner
 from .feedback import GradingError
 from .observe import Call, Failure, Observation
-from .runner import Case, Exercise, ModuleSpec, close, keep_first, randn, reference_mode
+from .runner import Case, ModuleSpec, close, keep_first, randn, reference_mode
 
 __all__ = ["check_masked_mean", "check_train_step", "check_sentiment_classifier"]
 
@@ -225,17 +225,7 @@ def _mean_cases(thorough: bool) -> Iterator[Case]:
     yield _mean_case(randn(2, 4, 3, seed=61), [3, 1], gradient=True)
 
 
-check_masked_mean = runner.register(
-    Exercise(
-        "masked_mean",
-        "Exercise (a) · masked_mean",
-        "masked_mean",
-        "test_masked_mean",
-        "function",
-        "keep the given `def masked_mean(h, keep):`",
-        _mean_cases,
-    )
-)
+check_masked_mean = runner.register_given("(a)", "def masked_mean(h, keep):", _mean_cases)
 
 
 # --- (b) train_step: the scenario, in the student's kernel ---------------------------------------
@@ -584,16 +574,8 @@ def _step_cases(thorough: bool) -> Iterator[Case]:
         yield _step_case(320, train=False)
 
 
-check_train_step = runner.register(
-    Exercise(
-        "train_step",
-        "Exercise (b) · train_step",
-        "train_step",
-        "test_train_step",
-        "function",
-        "keep the given `def train_step(model, optimizer, token_ids, labels):`",
-        _step_cases,
-    )
+check_train_step = runner.register_given(
+    "(b)", "def train_step(model, optimizer, token_ids, labels):", _step_cases
 )
 
 
@@ -798,15 +780,6 @@ def _classifier_cases(thorough: bool) -> Iterator[Case]:
     yield _classifier_case([5, 3], 5, seed=450, dtype=torch.float32)
 
 
-check_sentiment_classifier = runner.register(
-    Exercise(
-        "sentiment_classifier",
-        "Exercise (c) · SentimentClassifier",
-        "SentimentClassifier",
-        "test_sentiment_classifier",
-        "class",
-        "keep the given `class SentimentClassifier(nn.Module):` and its __init__, and write "
-        "forward.",
-        _classifier_cases,
-    )
+check_sentiment_classifier = runner.register_given(
+    "(c)", "class SentimentClassifier(nn.Module):", _classifier_cases
 )

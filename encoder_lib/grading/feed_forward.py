@@ -29,7 +29,15 @@ import encoder_lib
 from . import observe
 from .feedback import ForbiddenCallError, GradingError
 from .observe import Call, Failure, Forbidden, Observation, deterministic_dropout
-from .runner import Ask, Case, Exercise, ModuleSpec, close, randn, reference_mode, register
+from .runner import (
+    Ask,
+    Case,
+    ModuleSpec,
+    close,
+    randn,
+    reference_mode,
+    register_given,
+)
 
 __all__ = ["check_feed_forward", "check_count_parameters", "check_gelu"]
 
@@ -392,28 +400,10 @@ def _ffn_cases(thorough: bool) -> Iterator[Case]:
     yield _ffn_case((2, 3, 6), 10, 0.3, "relu", seed=495, train=True, backward=True)
 
 
-check_feed_forward = register(
-    Exercise(
-        "feed_forward",
-        "Exercise 1 · FeedForward",
-        "FeedForward",
-        "test_feed_forward",
-        "class",
-        "keep the given `class FeedForward(nn.Module):` and its __init__, and write forward.",
-        _ffn_cases,
-    )
-)
+check_feed_forward = register_given(1, "class FeedForward(nn.Module):", _ffn_cases)
 
 
 # --- exercise 2: count_parameters ----------------------------------------------------------------
-
-
-def _register_function(number: int, signature: str, cases, rewrite=None) -> Callable[..., None]:
-    """Register exercise ``number``, the function whose given code is ``signature``."""
-    name = signature.removeprefix("def ").split("(")[0]
-    keep = f"keep the given `{signature}`"
-    title = f"Exercise {number} · {name}"
-    return register(Exercise(name, title, name, f"test_{name}", "function", keep, cases, rewrite))
 
 
 def _reference_count(d_model: int, d_ff: int) -> int:
@@ -492,8 +482,8 @@ def _count_rewrite(error: GradingError, case: Case, passed: list[Case]) -> Gradi
     return error
 
 
-check_count_parameters = _register_function(
-    2, "def count_parameters(d_model, d_ff):", _count_cases, _count_rewrite
+check_count_parameters = register_given(
+    2, "def count_parameters(d_model, d_ff):", _count_cases, rewrite=_count_rewrite
 )
 
 
@@ -561,4 +551,4 @@ def _gelu_cases(thorough: bool) -> Iterator[Case]:
     yield _gelu_case(randn(50, seed=520), "gelu(x) for x of shape (50,)", backward=True)
 
 
-check_gelu = _register_function(3, "def gelu(x):", _gelu_cases)
+check_gelu = register_given(3, "def gelu(x):", _gelu_cases)

@@ -29,7 +29,7 @@ import encoder_lib
 
 from . import observe
 from .observe import Call, Forbidden, Observation, Part
-from .runner import Ask, Case, Exercise, ModuleSpec, close, randn, register
+from .runner import Ask, Case, ModuleSpec, close, randn, register_given
 
 __all__ = ["check_layer_norm", "check_layer_norm_module", "check_residual_block"]
 
@@ -350,27 +350,11 @@ class _Form:
         )
 
 
-check_layer_norm = register(
-    Exercise(
-        "layer_norm",
-        "Exercise 1 · layer_norm",
-        "layer_norm",
-        "test_layer_norm",
-        "function",
-        "keep the given `def layer_norm(x, weight, bias, eps=1e-5):`",
-        _Form(module=False).cases,
-    )
+check_layer_norm = register_given(
+    1, "def layer_norm(x, weight, bias, eps=1e-5):", _Form(module=False).cases
 )
-check_layer_norm_module = register(
-    Exercise(
-        "layer_norm_module",
-        "Exercise 2 · LayerNorm",
-        "LayerNorm",
-        "test_layer_norm_module",
-        "class",
-        "keep the given `class LayerNorm(nn.Module):` and its __init__, and write forward.",
-        _Form(module=True).cases,
-    )
+check_layer_norm_module = register_given(
+    2, "class LayerNorm(nn.Module):", _Form(module=True).cases, name="layer_norm_module"
 )
 
 
@@ -541,14 +525,6 @@ def _block_cases(thorough: bool) -> Iterator[Case]:
         yield case
 
 
-check_residual_block = register(
-    Exercise(
-        "residual_block",
-        "Exercise 3 · residual_block",
-        "residual_block",
-        "test_residual_block",
-        "function",
-        "keep the given `def residual_block(x, sublayer, norm, norm_first=False):`",
-        _block_cases,
-    )
+check_residual_block = register_given(
+    3, "def residual_block(x, sublayer, norm, norm_first=False):", _block_cases
 )

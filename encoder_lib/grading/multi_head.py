@@ -39,7 +39,14 @@ import encoder_lib
 from . import observe
 from .feedback import GradingError
 from .observe import Call, Failure, Forbidden, Observation
-from .runner import Case, Exercise, ModuleSpec, keep_first, randn, reference_mode, register
+from .runner import (
+    Case,
+    ModuleSpec,
+    keep_first,
+    randn,
+    reference_mode,
+    register_given,
+)
 
 __all__ = [
     "check_split_heads",
@@ -201,23 +208,23 @@ def _heads_case(name: str, shape: tuple[int, ...], seed: int, grad: bool) -> Cas
     )
 
 
-def _heads_exercise(number: int, name: str, signature: str, shapes: list, seed: int):
-    """Register exercise ``number``, ``name`` tried on each of ``shapes`` (see ``_heads_case``):
-    the first visible, the sixth backpropagating."""
+def _heads_exercise(number: int, given: str, shapes: list, seed: int):
+    """Register exercise ``number`` (the function ``given``), tried on each of ``shapes`` (see
+    ``_heads_case``): the first visible, the sixth backpropagating."""
+    name = given.split()[1].split("(")[0]
 
     def cases(thorough: bool) -> Iterator[Case]:
         for i, shape in enumerate(shapes if thorough else shapes[:1]):
             yield _heads_case(name, shape, seed + i, grad=i == 5)
 
-    title, wrong_kind = f"Exercise {number} · {name}", f"keep the given `def {name}{signature}:`"
-    return register(Exercise(name, title, name, f"test_{name}", "function", wrong_kind, cases))
+    return register_given(number, given, cases)
 
 
 # (B, L, D, H) and (B, H, L, d_head): all sizes distinct, so a swapped axis shows
 _SPLIT = [(2, 3, 20, 4), (1, 1, 6, 1), (3, 4, 6, 6), (2, 5, 24, 3), (1, 7, 16, 8), (2, 3, 12, 3)]
 _MERGE = [(2, 4, 3, 5), (1, 1, 1, 6), (3, 6, 4, 1), (2, 3, 5, 8), (1, 8, 7, 2), (2, 3, 4, 2)]
-check_split_heads = _heads_exercise(1, "split_heads", "(x, num_heads)", _SPLIT, seed=200)
-check_merge_heads = _heads_exercise(2, "merge_heads", "(x)", _MERGE, seed=300)
+check_split_heads = _heads_exercise(1, "def split_heads(x, num_heads):", _SPLIT, seed=200)
+check_merge_heads = _heads_exercise(2, "def merge_heads(x):", _MERGE, seed=300)
 
 
 # --- loading the reference's weights into any layout ---------------------------------------------
@@ -725,14 +732,4 @@ def _mha_cases(thorough: bool) -> Iterator[Case]:
         yield _mha_case("cross_masked", seed=620, grad=True)
 
 
-check_multi_head_attention = register(
-    Exercise(
-        "multi_head_attention",
-        "Exercise 3 · MultiHeadAttention",
-        "MultiHeadAttention",
-        "test_multi_head_attention",
-        "class",
-        "keep the given `class MultiHeadAttention(nn.Module):` and its __init__; write forward.",
-        _mha_cases,
-    )
-)
+check_multi_head_attention = register_given(3, "class MultiHeadAttention(nn.Module):", _mha_cases)

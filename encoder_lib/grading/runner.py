@@ -42,6 +42,8 @@ __all__ = [
     "Exercise",
     "ModuleSpec",
     "EXERCISES",
+    "register",
+    "register_given",
     "run",
     "local",
     "make_check",
@@ -191,6 +193,30 @@ def register(exercise: Exercise) -> Callable[..., None]:
         raise ValueError(f"two exercises are graded by the test cell {exercise.test_cell!r}")
     EXERCISES[exercise.test_cell] = exercise
     return make_check(exercise)
+
+
+def register_given(
+    number: int | str,
+    given: str,
+    cases: Callable[[bool], Iterable[Case]],
+    name: str | None = None,
+    rewrite: Callable[[GradingError, Case, list[Case]], GradingError] | None = None,
+) -> Callable[..., None]:
+    """Register the exercise whose given code opens with ``given`` and return its check.
+
+    ``given`` is the line the answer cell hands the student: ``"def masked_softmax(scores,
+    mask=None):"`` (a function) or ``"class FeedForward(nn.Module):"`` (a module class, whose
+    ``__init__`` is given too). The rest follows from it: the target (``FeedForward``), the
+    exercise's name (``feed_forward``, or ``name``), its test cell (``test_feed_forward``), its
+    title (``Exercise 1 · FeedForward``) and what to keep when the target is of the wrong kind."""
+    target = given.split()[1].split("(")[0]
+    kind = "class" if given.startswith("class ") else "function"
+    name = name or "".join(f"_{c.lower()}" if c.isupper() else c for c in target).lstrip("_")
+    keep = f"keep the given `{given}`"
+    if kind == "class":
+        keep += " and its __init__, and write forward."
+    title = f"Exercise {number} · {target}"
+    return register(Exercise(name, title, target, f"test_{name}", kind, keep, cases, rewrite))
 
 
 def make_check(exercise: Exercise) -> Callable[..., None]:
