@@ -37,7 +37,8 @@ does none of their work and stays allowed (the given attention may use it).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator, Mapping
+import functools
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -46,9 +47,9 @@ from torch import nn
 
 import encoder_lib
 
-from . import observe, runner
+from . import _layers, observe, runner
 from .observe import Call, Failure, Forbidden, Observation, Part
-from .runner import Ask, Case, Exercise, ModuleSpec, close, keep_first, randn, reference_mode
+from .runner import Ask, Case, ModuleSpec, keep_first, randn
 
 __all__ = [
     "check_causal_self_attention",
@@ -74,28 +75,6 @@ observe.FORBIDDEN["causal_self_attention"] = Forbidden(
 observe.FORBIDDEN["cross_attention"] = Forbidden(torch=_MHA_FORWARD, python=_DECODERS)
 observe.FORBIDDEN["decoder_layer"] = Forbidden(torch=_MHA_FORWARD, python=_DECODERS)
 observe.FORBIDDEN["greedy_decode"] = Forbidden(python=_DECODERS)
-
-
-def _dropout(p: float) -> Callable[[torch.Tensor], torch.Tensor]:
-    """Dropout with probability p as student code gets it (call under ``reference_mode``)."""
-    return lambda t: F.dropout(t, p, training=True) if p > 0 else t
-
-
-def _same(t: torch.Tensor) -> torch.Tensor:
-    return t
-
-
-def _evaluate(entries: Mapping[str, Callable[[], Any]]) -> dict[str, Any]:
-    """Description -> value, skipping the mistakes that cannot happen on these inputs (their
-    masks do not broadcast: the student's code would have raised instead)."""
-    values: dict[str, Any] = {}
-    with reference_mode(), torch.no_grad():
-        for text, make in entries.items():
-            try:
-                values[text] = make()
-            except (ValueError, RuntimeError):
-                continue
-    return values
 
 
 # --- the attention handed to exercises (a) and (b) -----------------------------------------------
@@ -149,33 +128,10 @@ def _needs_weights(failure: Failure) -> str | None:
 
 
 _ATTENTION_SLOTS = ("the output", "the weights")
+_BEFORE_LAST = (slice(None), slice(None, -1))  # [:, :-1]: every position before the last
 
 
 # --- (a) causal self-attention -------------------------------------------------------------------
-
-_WRONG_SIDE = (
-    "the mask is on the wrong side of the diagonal: position i may attend to i and the positions "
-    "after it, i.e. to the future. The causal mask is True on and below the diagonal, "
-    "torch.ones(L, L, dtype=torch.bool).tril(): query i sees keys 0..i."
-)
-_STRICT = (
-    "the mask leaves out the diagonal: position i may not attend to itself, and position 0 has "
-    "nothing at all to attend to (its output is zero). Keep the diagonal: .tril(), not "
-    ".tril(-1)."
-)
-_INVERTED = (
-    "the mask has the wrong polarity: True must mean 'may attend'. Your mask is True above the "
-    "diagonal, the future; use torch.ones(L, L, dtype=torch.bool).tril() as it is, with no ~."
-)
-_NO_MASK = (
-    "no causal mask reaches the attention: every position sees the whole target, the future "
-    "included. Pass torch.ones(L, L, dtype=torch.bool).tril() as the mask."
-)
-_FUTURE = (
-    "position i looks at the future: changing only the last position of x changed the outputs "
-    "of the positions before it. The mask must hide keys j > i from query i (True on and below "
-    "the diagonal)."
-)
 
 
 def _causal_mistakes(ref, x, keep) -> dict[str, Any]:
@@ -191,12 +147,23 @@ def _causal_mistakes(ref, x, keep) -> dict[str, Any]:
         return mask if pad is None else mask & pad
 
     entries = {
-        _WRONG_SIDE: attend(with_pad(ones.triu())),
-        _STRICT: attend(with_pad(ones.tril(-1))),
-        _INVERTED: attend(with_pad(~causal)),
+        "the mask is on the wrong side of the diagonal: position i may attend to i and the "
+        "positions after it, i.e. to the future. The causal mask is True on and below the "
+        "diagonal, torch.ones(L, L, dtype=torch.bool).tril(): query i sees keys 0..i.": attend(
+            with_pad(ones.triu())
+        ),
+        "the mask leaves out the diagonal: position i may not attend to itself, and position 0 "
+        "has nothing at all to attend to (its output is zero). Keep the diagonal: .tril(), not "
+        ".tril(-1).": attend(with_pad(ones.tril(-1))),
+        "the mask has the wrong polarity: True must mean 'may attend'. Your mask is True above "
+        "the diagonal, the future; use torch.ones(L, L, dtype=torch.bool).tril() as it is, with "
+        "no ~.": attend(with_pad(~causal)),
     }
     if keep is None:
-        entries[_NO_MASK] = attend(None)
+        entries[
+            "no causal mask reaches the attention: every position sees the whole target, the "
+            "future included. Pass torch.ones(L, L, dtype=torch.bool).tril() as the mask."
+        ] = attend(None)
     else:
         entries |= {
             "it ignores keep: the padded target positions stay visible. Combine both masks, "
@@ -214,7 +181,7 @@ def _causal_mistakes(ref, x, keep) -> dict[str, Any]:
             "the padding mask has the wrong polarity: keep is True at real tokens (may "
             "attend), so use it as it is, with no ~.": attend(causal & ~pad),
         }
-    return _evaluate(entries)
+    return _layers.evaluate(entries)
 
 
 def _causal_case(B, L, D, H, seed, keep_rows=None, dtype=torch.float64) -> Case:
@@ -234,13 +201,12 @@ def _causal_case(B, L, D, H, seed, keep_rows=None, dtype=torch.float64) -> Case:
             return None
         other = x.clone()
         other[:, -1] = randn(B, D, seed=seed + 2).to(dtype)
-        changed = ask(dataclasses.replace(call, args=(other, part))).value
-        out = obs.value[0] if isinstance(obs.value, tuple | list) else None
-        new = changed[0] if isinstance(changed, tuple | list) else None
-        if not isinstance(out, torch.Tensor) or not isinstance(new, torch.Tensor):
-            return None
-        if new.shape == out.shape and not close(new[:, :-1], out[:, :-1], 1e-5, 1e-4):
-            return _FUTURE
+        if _layers.output_changes(ask, call, (other, part), obs.value, _BEFORE_LAST):
+            return (
+                "position i looks at the future: changing only the last position of x changed the "
+                "outputs of the positions before it. The mask must hide keys j > i from query i "
+                "(True on and below the diagonal)."
+            )
         return None
 
     def broadcast_hint(failure: Failure) -> str | None:
@@ -288,26 +254,12 @@ def _causal_cases(thorough: bool) -> Iterator[Case]:
         yield _causal_case(1, 5, 8, 2, seed=707, keep_rows=[[False, True, True, True, True]])
 
 
-check_causal_self_attention = runner.register(
-    Exercise(
-        "causal_self_attention",
-        "Exercise (a) · causal_self_attention",
-        "causal_self_attention",
-        "test_causal_self_attention",
-        "function",
-        "keep the given `def causal_self_attention(x, attention, keep=None):`",
-        _causal_cases,
-    )
+check_causal_self_attention = runner.register_given(
+    "(a)", "def causal_self_attention(x, attention, keep=None):", _causal_cases
 )
 
 
 # --- (b) cross-attention -------------------------------------------------------------------------
-
-_SOURCE_LEAK = (
-    "the source padding leaks into the output: changing only the padded positions of memory "
-    "changed it. memory_keep must hide those source positions from every query: pass "
-    "memory_keep[:, None, None, :] (B, 1, 1, L_src) as the mask."
-)
 
 
 def _cross_mistakes(ref, x, memory, keep) -> dict[str, Any]:
@@ -353,7 +305,7 @@ def _cross_mistakes(ref, x, memory, keep) -> dict[str, Any]:
                 x, memory, memory, pad & torch.ones(L_tgt, L_src, dtype=torch.bool).tril()
             ),
         }
-    return _evaluate(entries)
+    return _layers.evaluate(entries)
 
 
 def _cross_case(B, L_tgt, L_src, D, H, seed, lengths=None, dtype=torch.float64) -> Case:
@@ -371,12 +323,12 @@ def _cross_case(B, L_tgt, L_src, D, H, seed, lengths=None, dtype=torch.float64) 
             return None
         other = memory.clone()
         other[~keep] = randn(int((~keep).sum()), D, seed=seed + 3).to(dtype) * 3.0
-        changed = ask(dataclasses.replace(call, args=(x, other, part))).value
-        out = obs.value[0] if isinstance(obs.value, tuple | list) else None
-        new = changed[0] if isinstance(changed, tuple | list) else None
-        comparable = isinstance(out, torch.Tensor) and isinstance(new, torch.Tensor)
-        if comparable and new.shape == out.shape and not close(new, out, 1e-5, 1e-4):
-            return _SOURCE_LEAK
+        if _layers.output_changes(ask, call, (x, other, part), obs.value):
+            return (
+                "the source padding leaks into the output: changing only the padded positions of "
+                "memory changed it. memory_keep must hide those source positions from every "
+                "query: pass memory_keep[:, None, None, :] (B, 1, 1, L_src) as the mask."
+            )
         return None
 
     def hint(failure: Failure) -> str | None:
@@ -444,61 +396,29 @@ def _cross_cases(thorough: bool) -> Iterator[Case]:
         yield _cross_case(2, 6, 4, 16, 4, seed=726, lengths=[4, 2], dtype=torch.float32)
 
 
-check_cross_attention = runner.register(
-    Exercise(
-        "cross_attention",
-        "Exercise (b) · cross_attention",
-        "cross_attention",
-        "test_cross_attention",
-        "function",
-        "keep the given `def cross_attention(x, memory, attention, memory_keep=None):`",
-        _cross_cases,
-    )
+check_cross_attention = runner.register_given(
+    "(b)", "def cross_attention(x, memory, attention, memory_keep=None):", _cross_cases
 )
 
 
 # --- (c) the decoder layer -----------------------------------------------------------------------
 
-
-def _reference_layer(D, H, d_ff, p, norm_first, seed, dtype) -> encoder_lib.DecoderLayer:
-    """An ``encoder_lib.DecoderLayer`` in eval mode with every parameter random (no unit gain or
-    zero bias that could hide a swapped or missing parameter)."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        ref = encoder_lib.DecoderLayer(D, H, d_ff, p, "relu", norm_first).to(torch.float64)
-    with torch.no_grad():
-        for i, (name, param) in enumerate(ref.named_parameters()):
-            noise = randn(*param.shape, seed=seed * 100 + i)
-            if name.startswith("norm") and name.endswith("weight"):
-                param.copy_(1.0 + 0.3 * noise)
-            elif name.endswith("bias"):
-                param.copy_(0.2 * noise)
-    return ref.to(dtype).eval()
+_reference_layer = functools.partial(_layers.reference_layer, encoder_lib.DecoderLayer)
 
 
 @dataclasses.dataclass(frozen=True)
-class _Shape:
-    """One way of writing the decoder layer; the defaults are the right one."""
+class _DecoderShape(_layers.Shape):
+    """A decoder layer's ``_layers.Shape`` (``drops``: the three sub-layers' outputs, then the FFN's
+    hidden units; ``form`` may also be "stale_query": the cross-attention's queries come from the
+    layer's input)."""
 
-    norm_first: bool
-    drops: tuple = (_same, _same, _same, _same)
-    """Dropout on the three sub-layers' outputs and on the FFN's hidden units."""
-    at: tuple[str, str, str] = ("out", "out", "out")
-    """Where each sub-layer's dropout sits: its output ("out"), its input ("in"), the residual
-    sum ("sum") or after the norm ("after")."""
-    residual: tuple[bool, bool, bool] = (True, True, True)
-    activation: bool = True
-    form: str = ""
-    """"norm_in_branch": x + norm(sublayer(x)); "normalised_skip": h = norm(x); h + sublayer(h);
-    "stale_query": the cross-attention's queries come from the layer's input."""
-    order: tuple[int, int, int] = (0, 1, 2)
     keys: str = "memory"
     """Where the cross-attention's keys and values come from: "memory" or "x"."""
     norm_memory: bool = False
     swap_masks: bool = False
 
 
-def _decoder_formula(ref, x, memory, tgt_mask, memory_mask, s: _Shape) -> torch.Tensor:
+def _decoder_formula(ref, x, memory, tgt_mask, memory_mask, s: _DecoderShape) -> torch.Tensor:
     """A decoder layer written out with ``ref``'s sub-modules, in the way ``s`` says."""
     d1, d2, d3, dh = s.drops
     self_mask, cross_mask = (memory_mask, tgt_mask) if s.swap_masks else (tgt_mask, memory_mask)
@@ -514,186 +434,91 @@ def _decoder_formula(ref, x, memory, tgt_mask, memory_mask, s: _Shape) -> torch.
             h = ref.norm2(start) if s.norm_first else start
         return ref.multihead_attn(h, source, source, cross_mask, need_weights=False)[0]
 
-    def ffn(h: torch.Tensor) -> torch.Tensor:
-        hidden = ref.linear1(h)
-        return ref.linear2(dh(ref.activation(hidden) if s.activation else hidden))
-
-    sublayers = ((self_block, ref.norm1, d1), (cross_block, ref.norm2, d2), (ffn, ref.norm3, d3))
-    for i in s.order:
-        sublayer, norm, drop = sublayers[i]
-        skip, at = s.residual[i], s.at[i]
-        if s.form == "norm_in_branch":
-            x = x + norm(drop(sublayer(x)))
-            continue
-        if s.form == "normalised_skip":
-            x = norm(x)
-            x = x + drop(sublayer(x))
-            continue
-        h = norm(x) if s.norm_first else x
-        y = sublayer(drop(h)) if at == "in" else sublayer(h)
-        total = (x if skip else 0) + (drop(y) if at == "out" else y)
-        total = drop(total) if at == "sum" else total
-        x = total if s.norm_first else norm(total)
-        x = drop(x) if at == "after" else x
-    return x
+    ffn = _layers.feed_forward(ref, dh, s.activation)
+    blocks = ((self_block, ref.norm1, d1), (cross_block, ref.norm2, d2), (ffn, ref.norm3, d3))
+    return _layers.residual_sublayers(x, blocks, s)
 
 
-_SITES = (
-    "the self-attention's output (self.dropout1)",
-    "the cross-attention's output (self.dropout2)",
-    "the FFN's output (self.dropout3)",
-    "the FFN's hidden units (self.dropout)",
-)
-_WHERE_DROPOUT_GOES = (
-    "apply self.dropout1, self.dropout2 and self.dropout3 to the outputs of the self-attention, "
-    "the cross-attention and the FFN, each before it is added to the residual, and self.dropout "
-    "to the FFN's hidden units (after the activation)"
-)
 _SUBLAYER_NAMES = ("the self-attention", "the cross-attention", "the feed-forward network")
+_DROPOUTS = _layers.Dropouts(
+    sites=(
+        "the self-attention's output (self.dropout1)",
+        "the cross-attention's output (self.dropout2)",
+        "the FFN's output (self.dropout3)",
+        "the FFN's hidden units (self.dropout)",
+    ),
+    places=(*_SUBLAYER_NAMES, "every sub-layer"),
+    where="apply self.dropout1, self.dropout2 and self.dropout3 to the outputs of the "
+    "self-attention, the cross-attention and the FFN, each before it is added to the residual, "
+    "and self.dropout to the FFN's hidden units (after the activation)",
+    still_active="dropout is still active in eval mode (on {site}, p={q:g}): use the nn.Dropout "
+    "modules self.dropout1, self.dropout2, self.dropout3 and self.dropout, which model.eval() "
+    "switches off, not F.dropout(x, p), which drops even in eval mode.",
+)
 
 
 def _layer_mistakes(ref, x, memory, tgt_mask, memory_mask, norm_first, train) -> dict[str, Any]:
     """Description -> the output of that mistake, computed with the reference's sub-modules."""
-    p = ref.dropout.p
-    d = _dropout(p) if train else _same
-    right = _Shape(norm_first, drops=(d, d, d, d))
-    mode = "norm_first=True (pre-norm)" if norm_first else "norm_first=False (post-norm)"
+    d = _layers.dropout(ref.dropout.p) if train else _layers.same
+    right = _DecoderShape(norm_first, (d,) * 4, ("out",) * 3, (True,) * 3)
 
-    def f(**changes: Any) -> Callable[[], torch.Tensor]:
+    def f(tgt_mask=tgt_mask, memory_mask=memory_mask, **changes) -> Callable[[], torch.Tensor]:
         shape = dataclasses.replace(right, **changes)
         return lambda: _decoder_formula(ref, x, memory, tgt_mask, memory_mask, shape)
 
-    m: dict[str, Callable[[], torch.Tensor]] = {}
+    m = _layers.norm_mistakes(f, norm_first, "norm1, norm2 and norm3")
     if norm_first:
         m[
-            f"with {mode} it normalises after adding the residual (post-norm): with "
-            "norm_first=True apply norm1, norm2 and norm3 to the input of each sub-layer, "
-            "x = x + sublayer(norm(x)), and leave the residual sum un-normalised. Is norm_first "
-            "ignored?"
-        ] = f(norm_first=False)
-        m[
-            f"with {mode} the residual adds the normalised x: the skip connection must carry "
-            "the un-normalised input, x = x + sublayer(norm(x))."
-        ] = f(form="normalised_skip")
-        m[
-            f"with {mode} it normalises memory too: norm2 belongs to the decoder's stream only. "
-            "The cross-attention reads the encoder's output as it is: "
+            "with norm_first=True (pre-norm) it normalises memory too: norm2 belongs to the "
+            "decoder's stream only. The cross-attention reads the encoder's output as it is: "
             "x = x + multihead_attn(norm2(x), memory, memory, memory_mask)."
         ] = f(norm_memory=True)
-    else:
-        m[
-            f"with {mode} it normalises the input of each sub-layer (pre-norm): the norm is in "
-            "the wrong place. Post-norm adds the residual first and then normalises, "
-            "x = norm(x + sublayer(x)). Is norm_first ignored?"
-        ] = f(norm_first=True)
-        m[
-            f"with {mode} the norm is inside the residual branch, x + norm(sublayer(x)); "
-            "post-norm normalises the sum: x = norm(x + sublayer(x))."
-        ] = f(form="norm_in_branch")
     m[
         "there is no residual (skip) connection: each sub-layer's output must be added to its "
         "input before (post-norm) or after (pre-norm) the norm."
     ] = f(residual=(False, False, False))
     for i, name in enumerate(_SUBLAYER_NAMES):
-        residual = tuple(j != i for j in range(3))
         m[
             f"the residual (skip) connection around {name} is missing: add the sub-layer's "
             "input to its output."
-        ] = f(residual=residual)
-    m[
-        "the FFN has no activation between linear1 and linear2 (two linear maps in a row are one "
-        "linear map): apply self.activation (ReLU) to linear1's output."
-    ] = f(activation=False)
-    m[
+        ] = f(residual=tuple(j != i for j in range(3)))
+    m |= {
+        _layers.NO_ACTIVATION: f(activation=False),
         "the sub-layers run in the wrong order: the cross-attention comes before the "
         "self-attention. A decoder layer first lets the target positions look at each other "
-        "(masked self-attention), then at the source (cross-attention), then the FFN."
-    ] = f(order=(1, 0, 2))
-    m[
+        "(masked self-attention), then at the source (cross-attention), then the FFN.": f(
+            order=(1, 0, 2)
+        ),
         "the cross-attention's queries come from the layer's input instead of the output of the "
         "self-attention sub-layer: each sub-layer works on the result of the one before it "
-        "(keep updating x)."
-    ] = f(form="stale_query")
-    m[
+        "(keep updating x).": f(form="stale_query"),
         "the cross-attention takes its keys and values from the decoder "
         "(multihead_attn(x, x, x, ...)): they come from the encoder's output, "
-        "self.multihead_attn(x, memory, memory, memory_mask)."
-    ] = f(keys="x")
+        "self.multihead_attn(x, memory, memory, memory_mask).": f(keys="x"),
+    }
     if tgt_mask is not None:
-        m[
+        m |= {
             "the self-attention ignores tgt_mask, so every target position sees the future. "
             "Pass tgt_mask to self.self_attn (as it is, True = may attend); the check calls "
-            "layer(x, memory, tgt_mask=..., memory_mask=...) by keyword."
-        ] = lambda: _decoder_formula(ref, x, memory, None, memory_mask, right)
-        m[
+            "layer(x, memory, tgt_mask=..., memory_mask=...) by keyword.": f(tgt_mask=None),
             "it inverts tgt_mask: True already means 'may attend', so pass it to self.self_attn "
-            "as it is (no ~)."
-        ] = lambda: _decoder_formula(ref, x, memory, ~tgt_mask, memory_mask, right)
+            "as it is (no ~).": f(tgt_mask=~tgt_mask),
+        }
     if memory_mask is not None:
-        m[
+        m |= {
             "the cross-attention ignores memory_mask, so the source padding leaks into every "
             "target position. Pass memory_mask to self.multihead_attn; the check calls "
-            "layer(x, memory, tgt_mask=..., memory_mask=...) by keyword."
-        ] = lambda: _decoder_formula(ref, x, memory, tgt_mask, None, right)
-        m[
+            "layer(x, memory, tgt_mask=..., memory_mask=...) by keyword.": f(memory_mask=None),
             "it inverts memory_mask: True already means 'may attend', so pass it to "
-            "self.multihead_attn as it is (no ~)."
-        ] = lambda: _decoder_formula(ref, x, memory, tgt_mask, ~memory_mask, right)
+            "self.multihead_attn as it is (no ~).": f(memory_mask=~memory_mask),
+        }
     if tgt_mask is not None and memory_mask is not None:
         m[
             "the masks are swapped: tgt_mask (causal) belongs to the self-attention and "
             "memory_mask (source padding) to the cross-attention."
         ] = f(swap_masks=True)
-    if train:
-        m[
-            f"it applies no dropout in training mode (dropout is missing in training): "
-            f"{_WHERE_DROPOUT_GOES}."
-        ] = f(drops=(_same,) * 4)
-        for i, site in enumerate(_SITES):
-            drops = tuple(_same if j == i else d for j in range(4))
-            m[f"in training mode there is no dropout on {site}: {_WHERE_DROPOUT_GOES}."] = f(
-                drops=drops
-            )
-        wrong = {
-            "in": "to the sub-layer's input instead of its output",
-            "sum": "to the residual sum instead of the sub-layer's output alone",
-            "after": "after the norm instead of to the sub-layer's output",
-        }
-        for at, text in wrong.items():
-            if at == "after" and norm_first:
-                continue
-            for i, where in enumerate(_SUBLAYER_NAMES):
-                places = tuple(at if j == i else "out" for j in range(3))
-                m[
-                    f"dropout is in the wrong place in {where}: it is applied {text}. "
-                    f"{_WHERE_DROPOUT_GOES[0].upper()}{_WHERE_DROPOUT_GOES[1:]}."
-                ] = f(at=places)
-            m[
-                f"dropout is in the wrong place in every sub-layer: it is applied {text}. "
-                f"{_WHERE_DROPOUT_GOES[0].upper()}{_WHERE_DROPOUT_GOES[1:]}."
-            ] = f(at=(at, at, at))
-    else:
-        for i, site in enumerate(_SITES):
-            for q in sorted({p, 0.5} - {0.0}):
-                drops = tuple(_dropout(q) if j == i else _same for j in range(4))
-                m[
-                    f"dropout is still active in eval mode (on {site}, p={q:g}): use the "
-                    "nn.Dropout modules self.dropout1, self.dropout2, self.dropout3 and "
-                    "self.dropout, which "
-                    "model.eval() switches off, not F.dropout(x, p), which drops even in eval "
-                    "mode."
-                ] = f(drops=drops)
-    ref.train(train)
-    try:
-        return _evaluate(m)
-    finally:
-        ref.eval()
-
-
-_LAYER_SPEC = ModuleSpec(
-    keep_init="keep the given __init__ (its sub-modules self_attn, multihead_attn, linear1, "
-    "linear2, norm1, norm2, norm3 have the names of nn.TransformerDecoderLayer)"
-)
+    m |= _layers.dropout_mistakes(f, ref.dropout.p, train, norm_first, _DROPOUTS)
+    return _layers.catalogue(ref, train, m)
 
 
 def _layer_case(
@@ -733,20 +558,13 @@ def _layer_case(
         train=train,
         seed=seed,
     )
-    with reference_mode(), torch.no_grad():
-        expected = ref.train(train)(x, memory, tgt_mask, memory_mask)
-        evaluated = ref.eval()(x, memory, tgt_mask, memory_mask)
-
-    def output(value: Any) -> torch.Tensor | None:
-        return value if isinstance(value, torch.Tensor) and value.shape == x.shape else None
 
     def future(obs: Observation, ask: Ask) -> str | None:
-        if tgt_mask is None or train or L_tgt < 2 or output(obs.value) is None:
+        if tgt_mask is None or train or L_tgt < 2:
             return None
         other = x.clone()
         other[:, -1] = randn(B, D, seed=seed + 3).to(dtype)
-        changed = output(ask(dataclasses.replace(call, args=(other, memory))).value)
-        if changed is not None and not close(changed[:, :-1], obs.value[:, :-1], 1e-5, 1e-4):
+        if _layers.output_changes(ask, call, (other, memory), obs.value, _BEFORE_LAST):
             return (
                 "the self-attention looks at the future: changing only the last target position "
                 "changed the outputs before it. Pass tgt_mask (as it is) to self.self_attn."
@@ -754,26 +572,15 @@ def _layer_case(
         return None
 
     def source_leak(obs: Observation, ask: Ask) -> str | None:
-        if memory_mask is None or train or bool(memory_mask.all()) or output(obs.value) is None:
+        if memory_mask is None or train or bool(memory_mask.all()):
             return None
         pad = ~keep_first(src_lengths, L_src, extra_axes=0)  # (B, L_src)
         other = memory.clone()
         other[pad] = randn(int(pad.sum()), D, seed=seed + 4).to(dtype) * 3.0
-        changed = output(ask(dataclasses.replace(call, args=(x, other))).value)
-        if changed is not None and not close(changed, obs.value, 1e-5, 1e-4):
+        if _layers.output_changes(ask, call, (x, other), obs.value):
             return (
                 "the source padding leaks into the output: changing only the padded positions of "
                 "memory changed it. Pass memory_mask (as it is) to self.multihead_attn."
-            )
-        return None
-
-    def right_in_eval(obs: Observation, ask: Ask) -> str | None:
-        if not train:
-            return None
-        if close(ask(dataclasses.replace(call, train=False)).value, evaluated, 1e-5, 1e-4):
-            return (
-                "it is right in eval mode but not in training mode, so its dropout is missing or "
-                f"in the wrong place: {_WHERE_DROPOUT_GOES}."
             )
         return None
 
@@ -809,31 +616,17 @@ def _layer_case(
     return Case(
         call,
         what,
-        expected=expected,
+        expected=_layers.reference_output(ref, call),
         mistakes=lambda: _layer_mistakes(ref, x, memory, tgt_mask, memory_mask, norm_first, train),
-        probes=(future, source_leak, right_in_eval),
+        probes=(future, source_leak, _layers.right_in_eval(ref, call, _DROPOUTS.where)),
         letters=("(B, L_tgt, D)",),
-        module=_LAYER_SPEC,
+        module=ModuleSpec(
+            keep_init="keep the given __init__ (its sub-modules self_attn, multihead_attn, "
+            "linear1, linear2, norm1, norm2, norm3 have the names of nn.TransformerDecoderLayer)"
+        ),
         inputs={"args[0]": "x", "args[1]": "memory", "tgt_mask": "tgt_mask"},
         failure_hint=hint,
     )
-
-
-def _layer_gradient_case(seed: int) -> Case:
-    case = _layer_case(8, 2, 16, 0.1, False, 2, 4, 5, [5, 2], seed)
-    ref = _reference_layer(8, 2, 16, 0.1, False, seed, torch.float64)
-    x, memory = (t.clone().requires_grad_() for t in case.call.args)
-    kwargs = case.call.kwargs
-    upstream = randn(2, 4, 8, seed=seed + 5)
-    (ref(x, memory, kwargs["tgt_mask"], kwargs["memory_mask"]) * upstream).sum().backward()
-    grads = {f"parameters.{name}": param.grad for name, param in ref.named_parameters()}
-    case.call = dataclasses.replace(
-        case.call, grad=("args[0]", "args[1]", "parameters"), upstream=(upstream,)
-    )
-    case.what += ", backpropagating"
-    case.grads = {"args[0]": x.grad, "args[1]": memory.grad, **grads}
-    case.grad_names = {name: name.removeprefix("parameters.") for name in grads}
-    return case
 
 
 def _layer_cases(thorough: bool) -> Iterator[Case]:
@@ -850,20 +643,12 @@ def _layer_cases(thorough: bool) -> Iterator[Case]:
         yield _layer_case(8, 2, 16, 0.5, False, 2, 3, 4, [4, 4], seed=748, masks=False, train=True)
         yield _layer_case(12, 3, 24, 0.3, True, 3, 4, 6, [6, 1, 2], seed=749, train=True)
         yield _layer_case(16, 4, 32, 0.1, False, 2, 5, 7, [7, 3], seed=750, dtype=torch.float32)
-        yield _layer_gradient_case(seed=751)
+        gradient = _layer_case(8, 2, 16, 0.1, False, 2, 4, 5, [5, 2], seed=751)
+        ref = _reference_layer(8, 2, 16, 0.1, False, seed=751)
+        yield _layers.backpropagating(gradient, ref, upstream=randn(2, 4, 8, seed=756))
 
 
-check_decoder_layer = runner.register(
-    Exercise(
-        "decoder_layer",
-        "Exercise (c) · DecoderLayer",
-        "DecoderLayer",
-        "test_decoder_layer",
-        "class",
-        "keep the given `class DecoderLayer(nn.Module):` and its __init__, and write forward.",
-        _layer_cases,
-    )
-)
+check_decoder_layer = runner.register_given("(c)", "class DecoderLayer(nn.Module):", _layer_cases)
 
 
 # --- (d) greedy decoding -------------------------------------------------------------------------
@@ -917,15 +702,11 @@ observe.PARTS["decoder.toy_model"] = _toy_model
 def _decode(model, src, max_len, start, end, pad, mistake: str = "") -> torch.Tensor:
     """Greedy decoding as written by the reference (``mistake=""``) or with one mistake."""
     B = src.shape[0]
-    if mistake == "whole":
+    if mistake in ("whole", "whole_raw"):
         buffer = torch.full((B, max_len), pad)
         buffer[:, 0] = start
         tokens = model(src, buffer).argmax(dim=-1)  # (B, max_len) from one call
-        return _pad_after_end(tokens, end, pad)
-    if mistake == "whole_raw":
-        buffer = torch.full((B, max_len), pad)
-        buffer[:, 0] = start
-        return model(src, buffer).argmax(dim=-1)
+        return tokens if mistake == "whole_raw" else _pad_after_end(tokens, end, pad)
     out = torch.full((B, 1), start)
     chosen: list[torch.Tensor] = []
     for _ in range(max_len):
@@ -962,48 +743,41 @@ _WHOLE = (
 )
 
 
-def _decode_mistakes(model, src, max_len, start, end, pad, defaults: bool) -> dict[str, Any]:
-    def with_ids(s: int, e: int, p: int, mistake: str = "") -> torch.Tensor:
-        return _decode(model, src, max_len, s, e, p, mistake)
+_DECODE_MISTAKES = {
+    _WHOLE: "whole",
+    _WHOLE + " (Pad the places after <end> too.)": "whole_raw",
+    "every step predicts the token after <start> again: it reads the first position's logits, "
+    "logits[:, 0], or it never feeds its predictions back. The next token comes from the last "
+    "position, logits[:, -1], of a call on <start> and every token "
+    "chosen so far.": "first_position",
+    "it feeds the model only the last token chosen: the decoder needs the whole prefix, <start> "
+    "and every token chosen so far (its self-attention looks back at all of them).": "last_only",
+    "the places after <end> are not padding: once a sequence has produced end_id, the rest of its "
+    "row must be pad_id (keep a `finished` flag per sequence).": "no_padding",
+    "it replaces <end> itself by padding: keep the end_id token and pad only the places after "
+    "it.": "end_replaced",
+    "it stops when the first sequence has finished, so the others are cut short: keep going "
+    "until every sequence has produced end_id (or max_len tokens).": "stop_at_first",
+}
 
+
+def _decode_mistakes(model, src, max_len, start, end, pad, defaults: bool) -> dict[str, Any]:
     m = {
-        _WHOLE: with_ids(start, end, pad, "whole"),
-        _WHOLE + " (Pad the places after <end> too.)": with_ids(start, end, pad, "whole_raw"),
-        "every step predicts the token after <start> again: it reads the first position's "
-        "logits, logits[:, 0], or it never feeds its predictions back. The next token comes "
-        "from the last position, logits[:, -1], of a call on <start> and every token chosen so "
-        "far.": with_ids(start, end, pad, "first_position"),
-        "it feeds the model only the last token chosen: the decoder needs the whole prefix, "
-        "<start> and every token chosen so far (its self-attention looks back at all of "
-        "them).": with_ids(start, end, pad, "last_only"),
-        "the places after <end> are not padding: once a sequence has produced end_id, the rest "
-        "of its row must be pad_id (keep a `finished` flag per sequence).": with_ids(
-            start, end, pad, "no_padding"
-        ),
-        "it replaces <end> itself by padding: keep the end_id token and pad only the places "
-        "after it.": with_ids(start, end, pad, "end_replaced"),
-        "it stops when the first sequence has finished, so the others are cut short: keep "
-        "going until every sequence has produced end_id (or max_len tokens).": with_ids(
-            start, end, pad, "stop_at_first"
-        ),
+        text: _decode(model, src, max_len, start, end, pad, mistake)
+        for text, mistake in _DECODE_MISTAKES.items()
     }
-    if not defaults:
-        m[
+    if not defaults:  # the default ids instead of the arguments
+        wrong_ids = {
             "it ignores start_id, end_id and pad_id and uses the default ids 1, 2 and 0: use the "
-            "arguments, the special tokens do not always have those ids."
-        ] = with_ids(1, 2, 0)
-        m[
+            "arguments, the special tokens do not always have those ids.": (1, 2, 0),
             "it ignores start_id: its first input is <start> with the default id 1. Start from "
-            "torch.full((B, 1), start_id)."
-        ] = with_ids(1, end, pad)
-        m[
+            "torch.full((B, 1), start_id).": (1, end, pad),
             "it ignores end_id: it looks for the default id 2 to know that a sequence has "
-            "finished. Compare with end_id."
-        ] = with_ids(start, 2, pad)
-        m[
+            "finished. Compare with end_id.": (start, 2, pad),
             "it ignores pad_id: the places after <end> hold the default id 0. Fill them with "
-            "pad_id."
-        ] = with_ids(start, end, 0)
+            "pad_id.": (start, end, 0),
+        }
+        m |= {text: _decode(model, src, max_len, *ids) for text, ids in wrong_ids.items()}
     return m
 
 
@@ -1084,14 +858,6 @@ def _decode_cases(thorough: bool) -> Iterator[Case]:
         yield _decode_case(6, 10, [5, 8, 6, 7, 5, 8], seed=766)
 
 
-check_greedy_decode = runner.register(
-    Exercise(
-        "greedy_decode",
-        "Exercise (d) · greedy_decode",
-        "greedy_decode",
-        "test_greedy_decode",
-        "function",
-        "keep the given `def greedy_decode(model, src, max_len, start_id=1, end_id=2, pad_id=0):`",
-        _decode_cases,
-    )
+check_greedy_decode = runner.register_given(
+    "(d)", "def greedy_decode(model, src, max_len, start_id=1, end_id=2, pad_id=0):", _decode_cases
 )

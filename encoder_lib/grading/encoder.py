@@ -43,6 +43,7 @@ Design choices:
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -52,10 +53,10 @@ from torch import nn
 
 import encoder_lib
 
-from . import observe, runner
+from . import _layers, observe, runner
 from .feedback import GradingError
 from .observe import Call, Failure, Forbidden, Observation
-from .runner import Ask, Case, Exercise, ModuleSpec, close, keep_first, randn, reference_mode
+from .runner import Ask, Case, ModuleSpec, close, keep_first, randn, reference_mode
 
 __all__ = [
     "check_sinusoidal_positional_encoding",
@@ -104,15 +105,6 @@ def _ids(batch: int, length: int, vocab: int, pad: int, lengths: list[int], seed
     for b, n in enumerate(lengths):
         ids[b, n:] = pad
     return ids
-
-
-def _dropout(p: float) -> Callable[[torch.Tensor], torch.Tensor]:
-    """Dropout with probability p as student code gets it (call under ``reference_mode``)."""
-    return lambda t: F.dropout(t, p, training=True) if p > 0 else t
-
-
-def _same(t: torch.Tensor) -> torch.Tensor:
-    return t
 
 
 # --- (a) sinusoidal positional encoding ----------------------------------------------------------
@@ -217,16 +209,8 @@ def _pe_cases(thorough: bool) -> Iterator[Case]:
         yield _pe_case(max_len, d_model)
 
 
-check_sinusoidal_positional_encoding = runner.register(
-    Exercise(
-        "sinusoidal_positional_encoding",
-        "Exercise (a) · sinusoidal_positional_encoding",
-        "sinusoidal_positional_encoding",
-        "test_sinusoidal_positional_encoding",
-        "function",
-        "keep the given `def sinusoidal_positional_encoding(max_len, d_model):`",
-        _pe_cases,
-    )
+check_sinusoidal_positional_encoding = runner.register_given(
+    "(a)", "def sinusoidal_positional_encoding(max_len, d_model):", _pe_cases
 )
 
 
@@ -293,196 +277,78 @@ def _mask_cases(thorough: bool) -> Iterator[Case]:
         yield _mask_case(_ids(5, 2, 12, 1, [2, 1, 2, 0, 1], seed=55), 1)
 
 
-check_make_padding_mask = runner.register(
-    Exercise(
-        "make_padding_mask",
-        "Exercise (b) · make_padding_mask",
-        "make_padding_mask",
-        "test_make_padding_mask",
-        "function",
-        "keep the given `def make_padding_mask(token_ids, pad_id):`",
-        _mask_cases,
-    )
+check_make_padding_mask = runner.register_given(
+    "(b)", "def make_padding_mask(token_ids, pad_id):", _mask_cases
 )
 
 
 # --- (c) encoder layer ---------------------------------------------------------------------------
 
-
-def _reference_layer(
-    D: int, H: int, d_ff: int, p: float, norm_first: bool, seed: int, dtype=torch.float64
-) -> encoder_lib.EncoderLayer:
-    """An ``encoder_lib.EncoderLayer`` in eval mode with every parameter random (no unit gain or
-    zero bias that could hide a swapped or missing parameter)."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        ref = encoder_lib.EncoderLayer(D, H, d_ff, p, "relu", norm_first).to(torch.float64)
-    with torch.no_grad():
-        for i, (name, param) in enumerate(ref.named_parameters()):
-            noise = randn(*param.shape, seed=seed * 100 + i)
-            if name.startswith("norm") and name.endswith("weight"):
-                param.copy_(1.0 + 0.3 * noise)
-            elif name.endswith("bias"):
-                param.copy_(0.2 * noise)
-    return ref.to(dtype).eval()
+_reference_layer = functools.partial(_layers.reference_layer, encoder_lib.EncoderLayer)
 
 
 def _layer_formula(
-    ref: encoder_lib.EncoderLayer,
-    x: torch.Tensor,
-    norm_first: bool,
-    mask: torch.Tensor | None,
-    drops: tuple[Callable, Callable, Callable],
-    at: tuple[str, str] = ("out", "out"),
-    act: bool = True,
-    residual: tuple[bool, bool] = (True, True),
-    form: str = "",
+    ref, x: torch.Tensor, mask: torch.Tensor | None, s: _layers.Shape
 ) -> torch.Tensor:
-    """An encoder layer written out with ``ref``'s sub-modules, with one mistake or none.
-
-    ``drops`` are the dropouts (identity when off) of the attention output, the FFN's hidden
-    units and the FFN output; ``at`` is where the first and last sit in their sub-layer: on its
-    output ("out", right), its input ("in"), the residual sum ("sum") or after the norm
-    ("after"). ``form`` "norm_in_branch" is x + norm(sublayer(x)); "normalised_skip" is
-    h = norm(x); h + sublayer(h)."""
-    d1, dh, d2 = drops
+    """An encoder layer written out with ``ref``'s sub-modules, in the way ``s`` says; its
+    ``drops`` are those of the attention output, the FFN's hidden units and the FFN output."""
+    d1, dh, d2 = s.drops
 
     def attention(h: torch.Tensor) -> torch.Tensor:
         return ref.self_attn(h, h, h, mask, need_weights=False)[0]
 
-    def ffn(h: torch.Tensor) -> torch.Tensor:
-        hidden = ref.linear1(h)
-        return ref.linear2(dh(ref.activation(hidden) if act else hidden))
-
-    sublayers = ((attention, ref.norm1, d1), (ffn, ref.norm2, d2))
-    for (sublayer, norm, drop), skip, at_ in zip(sublayers, residual, at, strict=True):
-        if form == "norm_in_branch":
-            x = x + norm(drop(sublayer(x)))
-            continue
-        if form == "normalised_skip":
-            x = norm(x)
-            x = x + drop(sublayer(x))
-            continue
-        h = norm(x) if norm_first else x
-        y = sublayer(drop(h)) if at_ == "in" else sublayer(h)
-        total = (x if skip else 0) + (drop(y) if at_ == "out" else y)
-        total = drop(total) if at_ == "sum" else total
-        x = total if norm_first else norm(total)
-        x = drop(x) if at_ == "after" else x
-    return x
+    ffn = _layers.feed_forward(ref, dh, s.activation)
+    return _layers.residual_sublayers(x, ((attention, ref.norm1, d1), (ffn, ref.norm2, d2)), s)
 
 
-_DROPOUT_SITES = (
-    "the attention output (self.dropout1)",
-    "the FFN's hidden units (self.dropout)",
-    "the FFN output (self.dropout2)",
-)
-_WHERE_DROPOUT_GOES = (
-    "apply self.dropout1 to the attention output and self.dropout2 to the FFN output, each "
+_DROPOUTS = _layers.Dropouts(
+    sites=(
+        "the attention output (self.dropout1)",
+        "the FFN's hidden units (self.dropout)",
+        "the FFN output (self.dropout2)",
+    ),
+    places=(
+        "the attention sub-layer (self.dropout1)",
+        "the feed-forward sub-layer (self.dropout2)",
+        "both sub-layers",
+    ),
+    where="apply self.dropout1 to the attention output and self.dropout2 to the FFN output, each "
     "before it is added to the residual, and self.dropout to the FFN's hidden units (after the "
-    "activation)"
+    "activation)",
+    still_active="dropout is still active in eval mode (on {site}): use the nn.Dropout modules "
+    "self.dropout1, self.dropout and self.dropout2, which model.eval() switches off, not "
+    "F.dropout(x, p), which drops even in eval mode.",
 )
 
 
 def _layer_mistakes(ref, x, mask, norm_first: bool, train: bool) -> dict[str, torch.Tensor]:
     """Description -> the output of that mistake, computed with the reference's sub-modules."""
-    p = ref.dropout.p
-    d = _dropout(p) if train else _same
-    mode = "norm_first=True (pre-norm)" if norm_first else "norm_first=False (post-norm)"
+    d = _layers.dropout(ref.dropout.p) if train else _layers.same
+    right = _layers.Shape(norm_first, (d, d, d), ("out", "out"), (True, True))
 
-    def f(**kw: Any) -> torch.Tensor:
-        args = {"norm_first": norm_first, "mask": mask, "drops": (d, d, d)} | kw
-        return _layer_formula(ref, x, **args)
+    def f(mask: torch.Tensor | None = mask, **changes: Any) -> Callable[[], torch.Tensor]:
+        shape = dataclasses.replace(right, **changes)
+        return lambda: _layer_formula(ref, x, mask, shape)
 
-    m: dict[str, Any] = {}
-    if norm_first:
-        m[
-            f"with {mode} it normalises after adding the residual (post-norm): with "
-            "norm_first=True apply norm1/norm2 to the input of each sub-layer, "
-            "x = x + sublayer(norm(x)), and leave the residual sum un-normalised. Is "
-            "norm_first ignored?"
-        ] = lambda: f(norm_first=False)
-        m[
-            f"with {mode} the residual adds the normalised x: the skip connection must carry "
-            "the un-normalised input, x = x + sublayer(norm(x))."
-        ] = lambda: f(form="normalised_skip")
-    else:
-        m[
-            f"with {mode} it normalises the input of each sub-layer (pre-norm): the norm is in "
-            "the wrong place. Post-norm adds the residual first and then normalises, "
-            "x = norm(x + sublayer(x)). Is norm_first ignored?"
-        ] = lambda: f(norm_first=True)
-        m[
-            f"with {mode} the norm is inside the residual branch, x + norm(sublayer(x)); "
-            "post-norm normalises the sum: x = norm(x + sublayer(x))."
-        ] = lambda: f(form="norm_in_branch")
-    m[
+    m = _layers.norm_mistakes(f, norm_first, "norm1/norm2") | {
         "there is no residual (skip) connection: each sub-layer's output must be added to its "
-        "input x before (post-norm) or after (pre-norm) the norm."
-    ] = lambda: f(residual=(False, False))
-    m[
+        "input x before (post-norm) or after (pre-norm) the norm.": f(residual=(False, False)),
         "the residual (skip) connection around the self-attention is missing: add the "
-        "sub-layer's input x to the attention output."
-    ] = lambda: f(residual=(False, True))
-    m[
+        "sub-layer's input x to the attention output.": f(residual=(False, True)),
         "the residual (skip) connection around the feed-forward network is missing: add the "
-        "FFN's input to its output."
-    ] = lambda: f(residual=(True, False))
-    m[
-        "the FFN has no activation between linear1 and linear2 (two linear maps in a row are one "
-        "linear map): apply self.activation (ReLU) to linear1's output."
-    ] = lambda: f(act=False)
+        "FFN's input to its output.": f(residual=(True, False)),
+        _layers.NO_ACTIVATION: f(activation=False),
+    }
     if mask is not None:
-        m[
+        m |= {
             "it ignores the padding mask, so padding leaks into the real positions. Pass the mask "
             "on to self.self_attn. The check calls layer(x, mask=mask) by keyword: a parameter "
-            "with another name (say src_mask) next to **kwargs swallows it."
-        ] = lambda: f(mask=None)
-        m[
+            "with another name (say src_mask) next to **kwargs swallows it.": f(mask=None),
             "it inverts the mask: True already means 'may attend', so pass it to self.self_attn "
-            "as it is (no ~)."
-        ] = lambda: f(mask=~mask)
-    if train:
-        m[
-            f"it applies no dropout in training mode (dropout is missing in training): "
-            f"{_WHERE_DROPOUT_GOES}."
-        ] = lambda: f(drops=(_same, _same, _same))
-        for i, site in enumerate(_DROPOUT_SITES):
-            drops = tuple(_same if j == i else d for j in range(3))
-            m[f"in training mode there is no dropout on {site}: {_WHERE_DROPOUT_GOES}."] = (
-                lambda drops=drops: f(drops=drops)
-            )
-        wrong = {
-            "in": "to the sub-layer's input instead of its output",
-            "sum": "to the residual sum instead of the sub-layer's output alone",
-            "after": "after the norm instead of to the sub-layer's output",
+            "as it is (no ~).": f(mask=~mask),
         }
-        for at, text in wrong.items():
-            for pair, where in (
-                ((at, "out"), "the attention sub-layer (self.dropout1)"),
-                (("out", at), "the feed-forward sub-layer (self.dropout2)"),
-                ((at, at), "both sub-layers"),
-            ):
-                if at != "after" or not norm_first:
-                    m[
-                        f"dropout is in the wrong place in {where}: it is applied {text}. "
-                        f"{_WHERE_DROPOUT_GOES[0].upper()}{_WHERE_DROPOUT_GOES[1:]}."
-                    ] = lambda pair=pair: f(at=pair)
-    else:
-        for i, site in enumerate(_DROPOUT_SITES):
-            for q in sorted({p, 0.5} - {0.0}):
-                drops = tuple(_dropout(q) if j == i else _same for j in range(3))
-                m[
-                    f"dropout is still active in eval mode (on {site}): use the nn.Dropout "
-                    "modules self.dropout1, self.dropout and self.dropout2, which model.eval() "
-                    "switches off, not F.dropout(x, p), which drops even in eval mode."
-                ] = lambda drops=drops: f(drops=drops)
-    with reference_mode(), torch.no_grad():
-        ref.train(train)
-        try:
-            return {text: value() for text, value in m.items()}
-        finally:
-            ref.eval()
+    m |= _layers.dropout_mistakes(f, ref.dropout.p, train, norm_first, _DROPOUTS)
+    return _layers.catalogue(ref, train, m)
 
 
 def _layer_case(
@@ -507,9 +373,6 @@ def _layer_case(
         train=train,
         seed=seed,
     )
-    with reference_mode(), torch.no_grad():
-        expected = ref.train(train)(x, mask)
-        evaluated = ref.eval()(x, mask)
 
     def no_leak(obs: Observation, ask: Ask) -> str | None:
         if mask_kind != "padding" or bool(mask.all()) or train:
@@ -517,23 +380,11 @@ def _layer_case(
         pad = ~keep_first(lengths, L, extra_axes=0)  # (B, L)
         other = x.clone()
         other[pad] = randn(int(pad.sum()), D, seed=seed + 3).to(dtype)
-        changed = ask(dataclasses.replace(call, args=(other,))).value
-        comparable = isinstance(changed, torch.Tensor) and changed.shape == obs.value.shape
-        if comparable and not close(changed[~pad], obs.value[~pad], 1e-5, 1e-4):
+        if _layers.output_changes(ask, call, (other,), obs.value, ~pad):
             return (
                 "padding leaks into the real positions: changing only the padded positions of x "
                 "changed the outputs at real positions. Pass the mask on to self.self_attn (as it "
                 "is, True = may attend); the check calls layer(x, mask=mask) by keyword."
-            )
-        return None
-
-    def right_in_eval(obs: Observation, ask: Ask) -> str | None:
-        if not train:
-            return None
-        if close(ask(dataclasses.replace(call, train=False)).value, evaluated, 1e-5, 1e-4):
-            return (
-                "it is right in eval mode but not in training mode, so its dropout is missing or "
-                f"in the wrong place: {_WHERE_DROPOUT_GOES}."
             )
         return None
 
@@ -553,34 +404,17 @@ def _layer_case(
     return Case(
         call,
         what + (" in training mode" if train else ""),
-        expected=expected,
+        expected=_layers.reference_output(ref, call),
         mistakes=lambda: _layer_mistakes(ref, x, mask, norm_first, train),
-        probes=(no_leak, right_in_eval),
+        probes=(no_leak, _layers.right_in_eval(ref, call, _DROPOUTS.where)),
         letters=("(B, L, D)",),
-        module=_LAYER_SPEC,
+        module=ModuleSpec(
+            keep_init="keep the given __init__ (its sub-modules self_attn, linear1, linear2, "
+            "norm1, norm2 have the names of nn.TransformerEncoderLayer)"
+        ),
         inputs={"args[0]": "x", "mask": "mask"},
         failure_hint=pair_hint,
     )
-
-
-_LAYER_SPEC = ModuleSpec(
-    keep_init="keep the given __init__ (its sub-modules self_attn, linear1, linear2, norm1, norm2 "
-    "have the names of nn.TransformerEncoderLayer)"
-)
-
-
-def _layer_gradient_case(D: int, H: int, d_ff: int, seed: int) -> Case:
-    case = _layer_case(D, H, d_ff, 0.1, False, 2, 4, [4, 2], seed)
-    ref = _reference_layer(D, H, d_ff, 0.1, False, seed)
-    x = case.call.args[0].clone().requires_grad_()
-    upstream = randn(2, 4, D, seed=seed + 4)
-    (ref(x, case.call.kwargs["mask"]) * upstream).sum().backward()
-    grads = {f"parameters.{name}": param.grad for name, param in ref.named_parameters()}
-    case.call = dataclasses.replace(case.call, grad=("args[0]", "parameters"), upstream=(upstream,))
-    case.what += ", backpropagating"
-    case.grads = {"args[0]": x.grad, **grads}
-    case.grad_names = {name: name.removeprefix("parameters.") for name in grads}
-    return case
 
 
 def _layer_cases(thorough: bool) -> Iterator[Case]:
@@ -596,20 +430,12 @@ def _layer_cases(thorough: bool) -> Iterator[Case]:
         yield _layer_case(8, 2, 16, 0.5, False, 2, 6, [6, 6], seed=68, mask_kind="none", train=True)
         yield _layer_case(12, 3, 24, 0.3, True, 3, 4, [4, 1, 2], seed=69, train=True)
         yield _layer_case(16, 4, 32, 0.1, False, 2, 5, [5, 2], seed=70, dtype=torch.float32)
-        yield _layer_gradient_case(8, 2, 16, seed=67)
+        gradient = _layer_case(8, 2, 16, 0.1, False, 2, 4, [4, 2], seed=67)
+        ref = _reference_layer(8, 2, 16, 0.1, False, seed=67)
+        yield _layers.backpropagating(gradient, ref, upstream=randn(2, 4, 8, seed=71))
 
 
-check_encoder_layer = runner.register(
-    Exercise(
-        "encoder_layer",
-        "Exercise (c) · EncoderLayer",
-        "EncoderLayer",
-        "test_encoder_layer",
-        "class",
-        "keep the given `class EncoderLayer(nn.Module):` and its __init__, and write forward.",
-        _layer_cases,
-    )
-)
+check_encoder_layer = runner.register_given("(c)", "class EncoderLayer(nn.Module):", _layer_cases)
 
 
 # --- (d) the full encoder: the scenario, in the student's kernel ---------------------------------
@@ -663,13 +489,11 @@ def _run_encoder(lookup: Callable[[str], Any], call: Call) -> Observation:
             if not isinstance(model, nn.Module):
                 return obs
             embedding, own = getattr(model, "embedding", None), getattr(model, "layers", None)
-            obs.info["parts"] = {
+            parts = obs.info["parts"] = {
                 "embedding": type(embedding) is encoder_lib.TokenEmbedding,
                 "layers": len(own) if isinstance(own, nn.ModuleList) else None,
             }
-            if type(embedding) is not encoder_lib.TokenEmbedding or obs.info["parts"]["layers"] != (
-                len(layers)
-            ):
+            if not parts["embedding"] or parts["layers"] != len(layers):
                 return obs
             phase = "load"
             model.layers = nn.ModuleList(_Recorder(r, i, log) for i, r in enumerate(layers))
@@ -830,17 +654,14 @@ def _encoder_case(
         module=ModuleSpec(keep_init="keep the given __init__"),
         inputs={"args[0]": "token_ids"},
         failure_hint=lambda failure: _sequence_first_hint(failure, B, L, D),
-        messages={"dtype": _ENCODER_DTYPE},
+        messages={
+            "dtype": "{slot} has dtype {got}, but the model is {expected}: keep the model's dtype "
+            "(no .float() or .double(), no new tensors made with a fixed dtype; the buffer self.pe "
+            "follows model.to(...))."
+        },
     )
     case.judge = lambda obs, ask: _judge_encoder(s, case, obs, ask)
     return case
-
-
-_ENCODER_DTYPE = (
-    "{slot} has dtype {got}, but the model is {expected}: keep the model's dtype (no .float() "
-    "or .double(), no new tensors made with a fixed dtype; the buffer self.pe follows "
-    "model.to(...))."
-)
 
 
 def _sequence_first_hint(failure: Failure, B: int, L: int, D: int) -> str | None:
@@ -912,10 +733,8 @@ def _judge_first_input(s: _EncoderSetup, case: Case, obs: Observation, ask: Ask)
     mistakes, then the permutation probe."""
     entry = obs.info["log"][0]
     B, L = s.ids.shape
-    name = "the input of the first layer (embedding + positional encoding)"
 
     def mistakes() -> dict[str, torch.Tensor]:
-        m: dict[str, torch.Tensor] = {}
         if s.train:
             dropped_output = close(obs.value, s.dropout(s.run_layers(s.x0)))
             never = (
@@ -926,20 +745,21 @@ def _judge_first_input(s: _EncoderSetup, case: Case, obs: Observation, ask: Ask)
                 else "self.dropout is never applied. In training mode the sum embedding + "
                 "positional encoding goes through self.dropout before the layers."
             )
-            m[never] = s.x0
             wrong = "dropout is in the wrong place: it is applied to {} only. Apply self.dropout "
             wrong += "once, to the sum x = self.dropout(embedding + positional encoding)."
-            m[wrong.format("the token embeddings")] = s.first_input("drop_embedding")
-            m[wrong.format("the positional encoding")] = s.first_input("drop_pe")
-            m[
-                "self.dropout is applied twice to embedding + positional encoding: apply it once."
-            ] = s.first_input("twice_dropped")
+            m = {
+                never: s.x0,
+                wrong.format("the token embeddings"): s.first_input("drop_embedding"),
+                wrong.format("the positional encoding"): s.first_input("drop_pe"),
+                "self.dropout is applied twice to embedding + positional encoding: apply it "
+                "once.": s.first_input("twice_dropped"),
+            }
         else:
-            m[
+            m = {
                 "self.dropout is still active in eval mode: use self.dropout (an nn.Dropout, "
                 "which model.eval() switches off), not F.dropout(x, p), which drops even in eval "
-                "mode."
-            ] = s.dropout(s.x0)
+                "mode.": s.dropout(s.x0)
+            }
         structural = {
             "no positional encoding is added to the embeddings: without it the encoder cannot "
             "tell positions apart (permuting the input tokens would just permute the outputs). "
@@ -978,14 +798,13 @@ def _judge_first_input(s: _EncoderSetup, case: Case, obs: Observation, ask: Ask)
             )
         return None
 
-    sub_case = Case(
-        case.call,
-        case.what,
+    sub_case = dataclasses.replace(
+        case,
+        judge=None,
         expected=s.first,
         mistakes=mistakes,
         probes=(permutation,),
-        slots=(name,),
-        letters=("(B, L, D)",),
+        slots=("the input of the first layer (embedding + positional encoding)",),
         shape_hints=(
             {
                 (L, L, s.D): "The positional encoding is sequence-first, (L, 1, D), but x is "
@@ -993,8 +812,6 @@ def _judge_first_input(s: _EncoderSetup, case: Case, obs: Observation, ask: Ask)
                 "(L, D) table self.pe[:L], which broadcasts over the batch."
             },
         ),
-        inputs=case.inputs,
-        messages=case.messages,
     )
     facts = {"": {"class": entry["classes"][0]}} if entry["classes"][0] else {}
     seen = Observation(value=entry["x"], after=obs.after, info={"tensors": facts})
@@ -1040,14 +857,4 @@ def _encoder_cases(thorough: bool) -> Iterator[Case]:
         )
 
 
-check_encoder = runner.register(
-    Exercise(
-        "encoder",
-        "Exercise (d) · Encoder",
-        "Encoder",
-        "test_encoder",
-        "class",
-        "keep the given `class Encoder(nn.Module):` and its __init__, and write forward.",
-        _encoder_cases,
-    )
-)
+check_encoder = runner.register_given("(d)", "class Encoder(nn.Module):", _encoder_cases)
