@@ -315,8 +315,8 @@ _DROPOUTS = _layers.Dropouts(
     where="apply self.dropout1 to the attention output and self.dropout2 to the FFN output, each "
     "before it is added to the residual, and self.dropout to the FFN's hidden units (after the "
     "activation)",
-    still_active="dropout is still active in eval mode (on {site}): use the nn.Dropout modules "
-    "self.dropout1, self.dropout and self.dropout2, which model.eval() switches off, not "
+    still_active="dropout is still active in eval mode (on {site}, p={q:g}): use the nn.Dropout "
+    "modules self.dropout1, self.dropout and self.dropout2, which model.eval() switches off, not "
     "F.dropout(x, p), which drops even in eval mode.",
 )
 

@@ -387,6 +387,33 @@ _LAYER_BUGGY = [
         (T_LAYER,),
         "eval mode",
     ),
+    # F.dropout(x, p) without training=self.training: the layer's own p, still dropping in eval.
+    Variant(
+        "layer_functional_dropout_on_attention",
+        LAYER,
+        _layer_with().replace("self.dropout1(out)", "F.dropout(out, self.dropout1.p)"),
+        (T_LAYER,),
+        "still active in eval mode (on the attention output (self.dropout1), p=0.1)",
+    ),
+    Variant(
+        "layer_functional_dropout_on_hidden",
+        LAYER,
+        _layer_with().replace(
+            "self.dropout(self.activation(self.linear1(x)))",
+            "F.dropout(self.activation(self.linear1(x)), self.dropout.p)",
+        ),
+        (T_LAYER,),
+        "still active in eval mode (on the FFN's hidden units (self.dropout), p=0.1)",
+    ),
+    Variant(
+        "layer_functional_dropout_on_ffn_output",
+        LAYER,
+        _layer_with().replace(
+            "self.dropout2(self.linear2(", "F.dropout(p=self.dropout2.p, input=self.linear2("
+        ),
+        (T_LAYER,),
+        "still active in eval mode (on the FFN output (self.dropout2), p=0.1)",
+    ),
     Variant(
         "layer_tuple_not_unpacked",
         LAYER,
