@@ -25,8 +25,8 @@
   output) or still active in eval mode; layers skipped, repeated or their outputs discarded.
 
 Design choices:
-- (d) does not depend on (c): its scenario (``observe.SCENARIOS["encoder.recorded_layers"]``,
-  run in the student's kernel) builds the student's ``Encoder`` and replaces its ``layers`` by
+- (d) does not depend on (c): in the student's kernel, its call builds the student's ``Encoder``
+  and its preparation (``observe.PREPARE["encoder.recorded_layers"]``) replaces its ``layers`` by
   ``encoder_lib.EncoderLayer`` s with weights sent by the check, each wrapped to record what it
   receives (its input, the mask, any other keyword). Only those facts come back; every
   comparison happens here, so a mistake is named where it happens (the first layer's input, the
@@ -438,9 +438,9 @@ def _layer_cases(thorough: bool) -> Iterator[Case]:
 check_encoder_layer = runner.register_given("(c)", "class EncoderLayer(nn.Module):", _layer_cases)
 
 
-# --- (d) the full encoder: the scenario, in the student's kernel ---------------------------------
+# --- (d) the full encoder: its preparation, in the student's kernel -----------------------------
 
-_SCENARIO = "encoder.recorded_layers"
+_PREPARE = "encoder.recorded_layers"
 
 
 class _Recorder(nn.Module):
@@ -470,53 +470,30 @@ def _layer_from(options: Mapping[str, Any], state: Mapping[str, torch.Tensor], d
     return layer
 
 
-def _run_encoder(lookup: Callable[[str], Any], call: Call) -> Observation:
-    """Build the student's Encoder, give it the check's embedding weights and recording
-    reference layers, run its forward on the token ids; record what each layer received."""
-    target = observe._lookup_target(lookup, call.target)
-    obs = Observation(info={"target": observe.kind_of(target)})
-    if not isinstance(target, type):
-        return obs
-    dtype = call.dtype or torch.float64
-    log: list[dict[str, Any]] = []
-    layers = [_layer_from(call.options, s, dtype) for s in call.options["layers"]]
-    ids = call.args[0].clone()
-    phase = "construct"
-    with observe.student_mode(call.exercise, call.seed) as seen:
-        try:
-            model = target(*call.init[0], **call.init[1])
-            obs.info["module"] = observe.describe_module(model)
-            if not isinstance(model, nn.Module):
-                return obs
-            embedding, own = getattr(model, "embedding", None), getattr(model, "layers", None)
-            parts = obs.info["parts"] = {
-                "embedding": type(embedding) is encoder_lib.TokenEmbedding,
-                "layers": len(own) if isinstance(own, nn.ModuleList) else None,
-            }
-            if not parts["embedding"] or parts["layers"] != len(layers):
-                return obs
-            phase = "load"
-            model.layers = nn.ModuleList(_Recorder(r, i, log) for i, r in enumerate(layers))
-            model.to(dtype).train(call.train)
-            with torch.no_grad():
-                embedding.embedding.weight.copy_(call.options["embedding"])
-            phase = "call"
-            with torch.no_grad():
-                value = model(ids)
-            obs.value, obs.info["tensors"] = observe.export_value(value)
-        except Exception as error:  # anything the student's code raised is observed, not raised
-            obs.failure = observe._failure(error, phase, seen)
-        if seen and obs.failure is None:
-            obs.failure = Failure("forbidden", seen[0], "", phase)
-    obs.info["log"] = log
-    obs.after = {"args[0]": ids.detach().clone()}
-    return obs
+def _prepare_encoder(model: nn.Module, call: Call, obs: Observation) -> bool:
+    """Give the student's Encoder the check's embedding weights and recording reference layers
+    (what each layer receives goes to ``obs.info["log"]``); stop before the call when it has no
+    ``TokenEmbedding`` called ``embedding`` or not N layers in an ``nn.ModuleList`` called
+    ``layers``. Runs in the student's kernel."""
+    layers = [_layer_from(call.options, s, call.dtype) for s in call.options["layers"]]
+    embedding, own = getattr(model, "embedding", None), getattr(model, "layers", None)
+    parts = obs.info["parts"] = {
+        "embedding": type(embedding) is encoder_lib.TokenEmbedding,
+        "layers": len(own) if isinstance(own, nn.ModuleList) else None,
+    }
+    if not parts["embedding"] or parts["layers"] != len(layers):
+        return False
+    log = obs.info["log"] = []
+    model.layers = nn.ModuleList(_Recorder(r, i, log) for i, r in enumerate(layers))
+    with torch.no_grad():
+        embedding.embedding.weight.copy_(call.options["embedding"])
+    return True
 
 
-observe.SCENARIOS[_SCENARIO] = _run_encoder
+observe.PREPARE[_PREPARE] = _prepare_encoder
 
 
-# --- (d) the full encoder: judging what the scenario saw -----------------------------------------
+# --- (d) the full encoder: judging what the call saw ---------------------------------------------
 
 _MASK_AFTER = (
     "If you build it with your make_padding_mask, check exercise (b) first; "
@@ -594,7 +571,8 @@ class _EncoderSetup:
             init=(self.sizes, {}),
             dtype=self.dtype,
             train=self.train if train is None else train,
-            scenario=_SCENARIO,
+            inspect=True,
+            prepare=_PREPARE,
             options={
                 "embedding": self.weight,
                 "layers": [layer.state_dict() for layer in self.layers],

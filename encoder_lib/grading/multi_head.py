@@ -8,7 +8,7 @@
   dropout on the attention weights in training mode only.
 - ``load_reference_weights(module, reference)``: gives a student's module the reference's weights
   whatever layout its projections use (the notebook's "compare with PyTorch" cell uses it, and
-  the check does the same in the student's kernel, scenario ``"multi_head.reference_weights"``).
+  the check does the same in the student's kernel, preparation ``"multi_head.reference_weights"``).
 
 The catalogue (each mistake has a BUGGY answer in tests/variants/a02_multi_head_attention.py):
 heads split or merged with ``view``/``reshape`` and no transpose, interleaved features, the
@@ -23,11 +23,10 @@ cannot be loaded into. ``nn.MultiheadAttention``, ``F.multi_head_attention_forwa
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import itertools
 import math
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import torch
@@ -234,7 +233,7 @@ Weights = Mapping[str, "torch.Tensor | None"]
 (the biases may be None): ``encoder_lib.MultiHeadAttention``'s state."""
 
 
-class _LayoutError(Exception):
+class _LayoutError(observe.Unfit):
     """The module cannot take the weights; the message says what to keep."""
 
 
@@ -358,51 +357,17 @@ def load_reference_weights(module: nn.Module, reference: nn.Module) -> nn.Module
     return module
 
 
-def _observe_with_reference_weights(lookup: Callable[[str], Any], call: Call) -> Observation:
-    """The ``"call"`` scenario for a module whose layout the grader does not know: build
-    ``target(*init)``, convert it to ``call.dtype``, copy ``call.options["weights"]`` into it with
-    ``_load`` (a layout that cannot take them is reported like a missing name, with its
-    sentence), put it in train or eval mode and call it. Runs in the student's kernel."""
-    target = observe._lookup_target(lookup, call.target)
-    obs = Observation(info={"target": observe.kind_of(target)})
-    if not isinstance(target, type):
-        return obs
-    args = observe._materialise(call.args, [])
-    inputs = observe.named_tensors(args, {})
-    for name in call.grad:
-        if name in inputs:
-            inputs[name].requires_grad_(True)
-    phase = "construct"
-    with observe.student_mode(call.exercise, call.seed) as seen:
-        try:
-            module = target(*call.init[0], **call.init[1])
-            obs.info["module"] = observe.describe_module(module)
-            if isinstance(module, nn.Module):
-                phase = "load"
-                module = module.to(call.dtype)
-                _load(module, call.options["weights"])
-                if type(module).forward is nn.Module.forward:
-                    raise _LayoutError(NO_FORWARD)
-                module.train(call.train)
-                phase = "call"
-                with contextlib.nullcontext() if call.upstream else torch.no_grad():
-                    value = module(*args)
-                obs.value, obs.info["tensors"] = observe.export_value(value)
-                if call.upstream is not None:
-                    phase = "backward"
-                    observe._backward(value, call.upstream)
-                    obs.grads = {name: observe._grad(inputs.get(name)) for name in call.grad}
-        except _LayoutError as problem:
-            obs.failure = Failure("missing", "", str(problem), phase)
-        except Exception as error:  # anything the student's code raised is observed, not raised
-            obs.failure = observe._failure(error, phase, seen)
-        if seen and (obs.failure is None or obs.failure.kind != "forbidden"):
-            obs.failure = Failure("forbidden", seen[0], "", phase)
-    obs.after = {name: t.detach().clone() for name, t in inputs.items()}
-    return obs
+def _prepare_with_reference_weights(module: nn.Module, call: Call, obs: Observation) -> bool:
+    """Get a module whose layout the grader does not know ready: copy ``call.options["weights"]``
+    into it with ``_load`` (a layout that cannot take them is ``Unfit``, reported with its
+    sentence). Runs in the student's kernel."""
+    _load(module, call.options["weights"])
+    if type(module).forward is nn.Module.forward:
+        raise _LayoutError(NO_FORWARD)
+    return True
 
 
-observe.SCENARIOS["multi_head.reference_weights"] = _observe_with_reference_weights
+observe.PREPARE["multi_head.reference_weights"] = _prepare_with_reference_weights
 
 
 # --- MultiHeadAttention: the reference and its mistakes ------------------------------------------
@@ -673,7 +638,7 @@ def _mha_case(
             dtype=dtype,
             train=train,
             inspect=True,
-            scenario="multi_head.reference_weights",
+            prepare="multi_head.reference_weights",
             options={"weights": weights},
             **extra,
         ),

@@ -45,9 +45,11 @@ __all__ = [
     "Part",
     "Failure",
     "Observation",
+    "Unfit",
     "Forbidden",
     "FORBIDDEN",
     "PARTS",
+    "PREPARE",
     "SCENARIOS",
     "observe",
     "student_mode",
@@ -85,6 +87,8 @@ class Call:
             of the output, in order) and the gradients of ``grad`` are observed.
         inspect: report the constructed module's parameters (names, shapes, initial values) and
             the attributes named in ``attrs``.
+        prepare: a key of ``PREPARE``: what gets a constructed module ready, after ``state`` is
+            loaded and before it is put in train or eval mode.
         scenario: a key of ``SCENARIOS``: how to run it (``"call"``, the default, is the above).
         options: what a topic-specific scenario needs besides the above.
     """
@@ -101,6 +105,7 @@ class Call:
     upstream: tuple[torch.Tensor, ...] | None = None
     inspect: bool = False
     attrs: tuple[str, ...] = ()
+    prepare: str = ""
     scenario: str = "call"
     options: Mapping[str, Any] = field(default_factory=dict)
     seed: int = 0
@@ -167,6 +172,18 @@ FORBIDDEN: dict[str, Forbidden] = {}
 
 PARTS: dict[str, Callable[[Part], Callable[..., Any]]] = {}
 """Part kind -> a builder of the callable (topic modules register theirs)."""
+
+PREPARE: dict[str, Callable[[nn.Module, Call, Observation], bool]] = {}
+"""How to get a constructed module ready besides ``load_state_dict`` (``Call.prepare`` names one):
+copy weights into a layout the grader does not know, swap sub-modules for recording ones. It gets
+the module, the call and the observation (for the facts it finds); it returns False to stop
+before the call, and raises ``Unfit`` when the module cannot take what the check gives it."""
+
+
+class Unfit(Exception):  # noqa: N818 (an outcome, reported as a failure of kind "missing")
+    """Raised by a ``PREPARE`` step: the student's module cannot take what the check gives it
+    (e.g. weights, for lack of the given layers); the message says what to keep."""
+
 
 SCENARIOS: dict[str, Callable[[Callable[[str], Any], Call], Observation]] = {}
 """How to run a ``Call``: ``"call"`` and topic-specific ones (e.g. an encoder whose layers are
@@ -476,6 +493,8 @@ def _run_call(lookup: Callable[[str], Any], call: Call) -> Observation:
                     fn = fn.to(call.dtype)
                 if call.state is not None:
                     fn.load_state_dict({k: v.clone() for k, v in call.state.items()})
+                if call.prepare and not PREPARE[call.prepare](fn, call, obs):
+                    return obs
                 fn.train(call.train)
             phase = "call"
             needs_graph = call.upstream is not None
@@ -489,9 +508,11 @@ def _run_call(lookup: Callable[[str], Any], call: Call) -> Observation:
                 if "parameters" in call.grad and isinstance(fn, nn.Module):
                     for name, p in fn.named_parameters():
                         obs.grads[f"parameters.{name}"] = _grad(p)
+        except Unfit as problem:
+            obs.failure = Failure("missing", "", str(problem), phase)
         except Exception as error:  # anything the student's code raised is observed, not raised
             obs.failure = _failure(error, phase, seen)
-        if seen and obs.failure is None:
+        if seen and (obs.failure is None or obs.failure.kind == "missing"):
             obs.failure = Failure("forbidden", seen[0], "", phase)
     obs.after = {name: t.detach().clone() for name, t in inputs.items()}
     if counted:
