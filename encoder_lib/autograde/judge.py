@@ -5,7 +5,7 @@ student's kernel as usual (setup cell, answer cells, the student's own cells) wi
 
 - a test cell graded by a registered exercise (``encoder_lib.grading.EXERCISES``, keyed by the
   cell's grade_id) is not run in the kernel. This process runs the exercise's cases itself: it
-  builds the inputs, sends each ``Call`` into the kernel (``observe.serve``), reads back plain
+  builds the inputs, sends each ``Call`` into the kernel (``wire.serve``), reads back plain
   tensors (``wire``: JSON and safetensors, never pickle), and judges them against the reference
   computed here. The cell's outputs are then written from the verdict: one "Correct" line, or
   the short error block that scores the cell 0. Nothing the kernel prints reaches that cell, and
@@ -105,7 +105,7 @@ class _KernelAsk:
 
     def _request(self, calls: list[Call]) -> list[Observation]:
         request = wire.encode_calls(calls)
-        source = f"__import__('encoder_lib.grading.observe').grading.observe.serve({request!r})"
+        source = f"__import__('encoder_lib.grading.wire').grading.wire.serve({request!r})"
         probe = nbformat.v4.new_code_cell(source)
         cells = self.client.nb.cells
         original = cells[self.index]

@@ -18,7 +18,7 @@ While the student's code runs, inside ``student_mode``:
 
 Two ways to observe, one code path: in the notebook the visible tests call ``observe`` directly;
 at autograde the grader (``encoder_lib.autograde.judge``) sends the same ``Call`` into the
-student's kernel through ``serve`` and reads the ``Observation`` back (``wire.py``: JSON and raw
+student's kernel through ``wire.serve`` and reads the ``Observation`` back (JSON and raw
 tensors, never pickle). What the kernel sends back is data the grader judges: it cannot pass a
 check unless the tensors are right.
 """
@@ -54,7 +54,6 @@ __all__ = [
     "observe",
     "student_mode",
     "deterministic_dropout",
-    "serve",
 ]
 
 
@@ -590,23 +589,3 @@ def _backward(value: Any, upstream: tuple[torch.Tensor, ...]) -> None:
 
 def _grad(t: torch.Tensor | None) -> torch.Tensor | None:
     return None if t is None or t.grad is None else t.grad.detach().clone()
-
-
-# --- autograde: the kernel end of the grader's requests ------------------------------------------
-
-
-def serve(request: str) -> None:
-    """Answer one request from the grader (``encoder_lib.autograde.judge``): decode the
-    ``Call``s, observe each in this kernel's namespace, publish the encoded ``Observation``s as
-    display data. Runs in the student's kernel; the grader trusts nothing it says beyond data."""
-    from IPython.display import publish_display_data
-
-    from . import wire
-
-    try:
-        calls = wire.decode_calls(request)
-        namespace = _ipython().user_ns
-        observations = [observe(namespace.__getitem__, call) for call in calls]
-    except Exception as error:  # a request this kernel cannot run is an answer too
-        observations = [Observation(failure=Failure("no answer", type(error).__name__, str(error)))]
-    publish_display_data({wire.MIME: wire.encode_observations(observations)})

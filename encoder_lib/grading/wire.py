@@ -4,7 +4,8 @@ A message is JSON for the structure and one safetensors buffer for the tensors (
 dtype and shape: no pickle, so decoding runs no code of the sender's). Tensors appear in the
 JSON as ``{"t": key}``; one tensor used twice is sent once and comes back as one object, so
 self-attention's ``(x, x, x)`` stays one tensor. The grader decodes what a kernel sends with
-limits (size, depth, count) and rejects anything it does not expect.
+limits (size, depth, count) and rejects anything it does not expect. ``serve`` is the kernel's
+end: the grader runs it in the student's kernel to answer a request.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import safetensors
 import safetensors.torch
 import torch
 
-from .observe import Call, Failure, Observation, Opaque, Part
+from .observe import Call, Failure, Observation, Opaque, Part, observe
 
 __all__ = [
     "MIME",
@@ -33,6 +34,7 @@ __all__ = [
     "decode_call",
     "encode_observation",
     "decode_observation",
+    "serve",
 ]
 
 MIME = "application/vnd.encoder-lab.observation+json"
@@ -246,3 +248,21 @@ def _one(items: list) -> list:
     if len(items) != 1:
         raise WireError(f"expected one item, got {len(items)}")
     return items
+
+
+# --- the kernel's end ----------------------------------------------------------------------------
+
+
+def serve(request: str) -> None:
+    """Answer one request from the grader (``encoder_lib.autograde.judge``): decode the
+    ``Call``s, observe each in this kernel's namespace, publish the encoded ``Observation``s as
+    display data. Runs in the student's kernel; the grader trusts nothing it says beyond data."""
+    from IPython import get_ipython
+    from IPython.display import publish_display_data
+
+    try:
+        namespace = get_ipython().user_ns
+        observations = [observe(namespace.__getitem__, call) for call in decode_calls(request)]
+    except Exception as error:  # a request this kernel cannot run is an answer too
+        observations = [Observation(failure=Failure("no answer", type(error).__name__, str(error)))]
+    publish_display_data({MIME: encode_observations(observations)})

@@ -449,7 +449,7 @@ def _serve(request):
     _publish({_wire.MIME: _wire.encode_observations(observations)})
 
 
-_observe.serve = _serve
+_wire.serve = _serve
 """
 
 FROM_THE_CALLERS_FRAME = '''
