@@ -230,12 +230,11 @@ def _reference_weights(scores: torch.Tensor, mask: torch.Tensor | None = None) -
 
 def _weight_mistakes(scores: torch.Tensor, mask: torch.Tensor | None) -> dict[str, torch.Tensor]:
     masked = scores if mask is None else scores.masked_fill(~mask, _NEG_INF)
+    over_queries = torch.softmax(masked, dim=-2)
     mistakes = {
         "the softmax is taken over the query axis (dim=-2; for a single sequence of scores "
         "(L_q, L_k) that is also dim=0), so each column sums to 1. Each query's weights over the "
-        "keys must sum to 1: take the softmax over the last axis, dim=-1.": torch.softmax(
-            masked, dim=-2
-        )
+        "keys must sum to 1: take the softmax over the last axis, dim=-1.": over_queries
     }
     if scores.dim() >= 3:
         mistakes[
@@ -244,24 +243,20 @@ def _weight_mistakes(scores: torch.Tensor, mask: torch.Tensor | None) -> dict[st
         ] = torch.softmax(masked, dim=0)
     if mask is None:
         return mistakes
+    unmasked = torch.softmax(scores, dim=-1)
     return mistakes | {
         "the mask polarity is reversed: the positions where mask is True got weight 0. In this "
         "course True means 'may attend' (as in F.scaled_dot_product_attention), so the positions "
         "to remove are those where mask is False (~mask). nn.MultiheadAttention's "
         "key_padding_mask is the opposite convention.": _reference_weights(scores, ~mask),
         "the mask is applied after the softmax: zeroing weights afterwards leaves rows that no "
-        "longer sum to 1. Put -inf in the masked scores before the softmax.": torch.softmax(
-            scores, dim=-1
-        )
-        * mask,
+        "longer sum to 1. Put -inf in the masked scores before the softmax.": unmasked * mask,
         "the boolean mask was added to the scores (True counts as 1, False as 0), which only "
         "shifts the allowed scores by 1 and removes nothing. Masked positions need a score of "
         "-inf before the softmax.": torch.softmax(scores + mask, dim=-1),
         "the masked scores were set to 0 (e.g. scores * mask) instead of -inf: exp(0) = 1, so "
         "masked keys still get weight. Use -inf.": torch.softmax(scores * mask, dim=-1),
-        "the mask is ignored: keys where mask is False still get weight.": torch.softmax(
-            scores, dim=-1
-        ),
+        "the mask is ignored: keys where mask is False still get weight.": unmasked,
     }
 
 

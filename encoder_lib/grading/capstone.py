@@ -2,14 +2,26 @@
 as data for the runner.
 
 - ``check_masked_mean(masked_mean)``, exercise (a): the mean of ``h`` (B, L, D) over the
-  positions where the boolean ``keep`` (B, L) is True.
+  positions where the boolean ``keep`` (B, L) is True. Named: a plain mean over all L positions
+  (padding included), the sum divided by the padded length L, the sum not divided at all, the
+  mask's polarity reversed, the mean over the features instead of the positions, ``keepdim``
+  left on, a mask without its trailing axis (an error, or silently along the features when
+  L = D), a changed dtype, ``h`` changed in place, no gradient.
 - ``check_train_step(train_step)``, exercise (b): one optimisation step on one mini-batch,
-  returning the loss as a float.
+  returning the loss as a float. Named: ``model.eval()`` left on while training (dropout off),
+  the loss computed on probabilities (softmax, then cross-entropy) or with ``F.nll_loss`` on the
+  logits, the loss summed instead of averaged, ``zero_grad`` forgotten (gradients accumulate),
+  the gradients zeroed between ``backward`` and ``step``, ``loss.backward()`` or
+  ``optimizer.step()`` never called (or the step taken before ``backward``), two steps, the loss
+  returned as a tensor.
 - ``check_sentiment_classifier(SentimentClassifier)``, exercise (c): the forward pass of the
-  classifier whose ``__init__`` is given (embedding, positions, encoder, head).
-
-The mistakes each check names are listed where they are built: ``_mean_mistakes``,
-``_loss_mistakes`` and ``_parameter_problem``, ``_classifier_mistakes``.
+  classifier whose ``__init__`` is given (embedding, positions, encoder, head). Named: pooling
+  over the padding (a plain mean), the sum divided by the padded length L, a sum, the pooling
+  mask reversed, the first or last position instead of a mean, the encoder run without the
+  padding mask or with it reversed, no positional encoding, the head applied to every position
+  or on the wrong axis (to a mean over the features), softmax or log-softmax on the logits
+  (probabilities instead of logits), predicted classes instead of logits, a forward that switches
+  dropout off in training, gradients that do not reach the encoder.
 
 Design choices:
 - (b) does not depend on (a) or (c): its scenario (``observe.SCENARIOS["capstone.train_step"]``,

@@ -29,15 +29,7 @@ import encoder_lib
 from . import observe
 from .feedback import ForbiddenCallError, GradingError
 from .observe import Call, Failure, Forbidden, Observation, deterministic_dropout
-from .runner import (
-    Ask,
-    Case,
-    ModuleSpec,
-    close,
-    randn,
-    reference_mode,
-    register_given,
-)
+from .runner import Ask, Case, ModuleSpec, close, randn, reference_mode, register_given
 
 __all__ = ["check_feed_forward", "check_count_parameters", "check_gelu"]
 

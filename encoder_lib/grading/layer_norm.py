@@ -7,9 +7,13 @@
 - ``check_residual_block(residual_block)``: exercise 3, ``norm(x + sublayer(x))`` (post-norm) or
   ``x + sublayer(norm(x))`` (pre-norm).
 
-The catalogue: the usual slips of the variance (D - 1), of eps, of the gain and offset and of the
-axis; for the residual block, every wrong arrangement of x, sublayer and norm, a part called more
-than once and no gradient along the skip path. ``F.layer_norm`` (hence ``nn.LayerNorm``),
+The catalogue: the unbiased variance (D - 1, ``torch.var``'s and ``torch.std``'s default), eps
+outside the square root, no eps, ``std + eps``, an ignored eps argument or ``self.eps``, missing
+weight and/or bias or the bias applied before the weight, normalising over the batch or sequence
+axis (or several axes); for the residual block: a missing residual, a missing norm, pre-norm
+where post-norm was asked and the reverse, the norm applied twice, the residual taken from the
+normalised input, the norm applied to the sublayer's output, a sublayer or norm called more than
+once, no gradient along the skip path. ``F.layer_norm`` (hence ``nn.LayerNorm``),
 ``torch.layer_norm``, group/instance/batch norm and ``encoder_lib.LayerNorm`` are forbidden.
 """
 
@@ -79,9 +83,14 @@ def _variant(
     ``"inside"``, ``"outside"`` or ``"none"``, ``affine`` which of weight and bias are applied
     (``"both"``, ``"weight"``, ``"bias"``, ``"none"``, or ``"bias_first"``)."""
     with torch.no_grad():
+        centred = x - x.mean(dim=dims, keepdim=True)
         var = x.var(dim=dims, correction=correction, keepdim=True)
-        root = torch.sqrt(var + eps) if eps_at == "inside" else torch.sqrt(var)
-        x_hat = (x - x.mean(dim=dims, keepdim=True)) / (root + eps if eps_at == "outside" else root)
+        if eps_at == "inside":
+            x_hat = centred / torch.sqrt(var + eps)
+        elif eps_at == "outside":
+            x_hat = centred / (torch.sqrt(var) + eps)
+        else:
+            x_hat = centred / torch.sqrt(var)
         if affine == "bias_first":
             return (x_hat + b) * w
         scaled = x_hat * w if affine in ("both", "weight") else x_hat

@@ -38,14 +38,7 @@ import encoder_lib
 from . import observe
 from .feedback import GradingError
 from .observe import Call, Failure, Forbidden, Observation
-from .runner import (
-    Case,
-    ModuleSpec,
-    keep_first,
-    randn,
-    reference_mode,
-    register_given,
-)
+from .runner import Case, ModuleSpec, keep_first, randn, reference_mode, register_given
 
 __all__ = [
     "check_split_heads",

@@ -185,8 +185,8 @@ class Unfit(Exception):  # noqa: N818 (an outcome, reported as a failure of kind
 
 
 SCENARIOS: dict[str, Callable[[Callable[[str], Any], Call], Observation]] = {}
-"""How to run a ``Call``: ``"call"`` and topic-specific ones (e.g. an encoder whose layers are
-replaced by recording ones). A scenario gets a lookup of notebook names and the call."""
+"""How to run a ``Call``: ``"call"`` and topic-specific ones (e.g. the capstone's ``train_step``,
+handed a model and an optimiser). A scenario gets a lookup of notebook names and the call."""
 
 
 class _Counted:
@@ -507,11 +507,11 @@ def _run_call(lookup: Callable[[str], Any], call: Call) -> Observation:
                 if "parameters" in call.grad and isinstance(fn, nn.Module):
                     for name, p in fn.named_parameters():
                         obs.grads[f"parameters.{name}"] = _grad(p)
-        except Unfit as problem:
-            obs.failure = Failure("missing", "", str(problem), phase)
+        except Unfit as problem:  # a forbidden built-in seen on the way is the better reason
+            obs.failure = Failure("missing", "", str(problem), phase) if not seen else None
         except Exception as error:  # anything the student's code raised is observed, not raised
             obs.failure = _failure(error, phase, seen)
-        if seen and (obs.failure is None or obs.failure.kind == "missing"):
+        if seen and obs.failure is None:
             obs.failure = Failure("forbidden", seen[0], "", phase)
     obs.after = {name: t.detach().clone() for name, t in inputs.items()}
     if counted:
