@@ -15,10 +15,19 @@ from .embeddings import (
 )
 from .encoder import EncoderLayer, TransformerEncoder
 from .feed_forward import FeedForward
+from .gated_feed_forward import GatedFeedForward, feed_forward_parameter_counts, gated_d_ff
 from .layer_norm import LayerNorm
-from .masks import causal_mask, padding_mask
+from .masks import causal_mask, padding_mask, sliding_window_mask
 from .model import EncoderConfig, SentenceEncoder
+from .modern_encoder import (
+    ModernEncoder,
+    ModernEncoderLayer,
+    ModernSelfAttention,
+    grouped_query_attention,
+)
 from .order_task import OrderTask, make_order_task, order_sentiment
+from .rms_norm import RMSNorm, rms_norm
+from .rotary import RotaryEmbedding, apply_rotary, rotary_angles
 from .text import Vocabulary, load_corpus, tokenize
 
 __all__ = [
@@ -44,6 +53,19 @@ __all__ = [
     "OrderTask",
     "make_order_task",
     "order_sentiment",
+    "rms_norm",
+    "RMSNorm",
+    "GatedFeedForward",
+    "gated_d_ff",
+    "feed_forward_parameter_counts",
+    "rotary_angles",
+    "apply_rotary",
+    "RotaryEmbedding",
+    "sliding_window_mask",
+    "grouped_query_attention",
+    "ModernSelfAttention",
+    "ModernEncoderLayer",
+    "ModernEncoder",
 ]
 
 __version__ = "0.1.0"
