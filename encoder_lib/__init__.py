@@ -18,6 +18,7 @@ from .feed_forward import FeedForward
 from .gated_feed_forward import GatedFeedForward, feed_forward_parameter_counts, gated_d_ff
 from .layer_norm import LayerNorm
 from .masks import causal_mask, padding_mask, sliding_window_mask
+from .mlm import IGNORE_INDEX, MaskedLanguageModel, fill_mask, mask_tokens, mlm_loss
 from .model import EncoderConfig, SentenceEncoder
 from .modern_encoder import (
     ModernEncoder,
@@ -26,6 +27,7 @@ from .modern_encoder import (
     grouped_query_attention,
 )
 from .order_task import OrderTask, make_order_task, order_sentiment
+from .review_language import ReviewLanguage, make_review_language
 from .rms_norm import RMSNorm, rms_norm
 from .rotary import RotaryEmbedding, apply_rotary, rotary_angles
 from .text import Vocabulary, load_corpus, tokenize
@@ -53,6 +55,13 @@ __all__ = [
     "OrderTask",
     "make_order_task",
     "order_sentiment",
+    "IGNORE_INDEX",
+    "mask_tokens",
+    "MaskedLanguageModel",
+    "mlm_loss",
+    "fill_mask",
+    "ReviewLanguage",
+    "make_review_language",
     "rms_norm",
     "RMSNorm",
     "GatedFeedForward",
