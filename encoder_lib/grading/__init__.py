@@ -12,7 +12,16 @@ records what happened; the judging never happens where a student could reach it 
 comes back in nbgrader's own process.
 """
 
-from . import attention, capstone, decoder, encoder, feed_forward, layer_norm, multi_head
+from . import (
+    attention,
+    capstone,
+    decoder,
+    encoder,
+    feed_forward,
+    layer_norm,
+    masked_lm,
+    multi_head,
+)
 from .attention import *  # noqa: F403
 from .capstone import *  # noqa: F403
 from .decoder import *  # noqa: F403
@@ -20,6 +29,7 @@ from .encoder import *  # noqa: F403
 from .feed_forward import *  # noqa: F403
 from .feedback import ForbiddenCallError, GradingError, NotWrittenYet, show_full_tracebacks
 from .layer_norm import *  # noqa: F403
+from .masked_lm import *  # noqa: F403
 from .multi_head import *  # noqa: F403
 from .runner import EXERCISES
 
@@ -36,4 +46,5 @@ __all__ = [
     *encoder.__all__,
     *capstone.__all__,
     *decoder.__all__,
+    *masked_lm.__all__,
 ]

@@ -20,6 +20,7 @@ ASSIGNMENTS = (
     "05_encoder",
     "06_sentiment_capstone",
     "07_decoder",
+    "08_pretraining",
 )
 
 
