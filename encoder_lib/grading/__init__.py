@@ -20,6 +20,7 @@ from . import (
     feed_forward,
     layer_norm,
     masked_lm,
+    modern,
     multi_head,
 )
 from .attention import *  # noqa: F403
@@ -30,6 +31,7 @@ from .feed_forward import *  # noqa: F403
 from .feedback import ForbiddenCallError, GradingError, NotWrittenYet, show_full_tracebacks
 from .layer_norm import *  # noqa: F403
 from .masked_lm import *  # noqa: F403
+from .modern import *  # noqa: F403
 from .multi_head import *  # noqa: F403
 from .runner import EXERCISES
 
@@ -47,4 +49,5 @@ __all__ = [
     *capstone.__all__,
     *decoder.__all__,
     *masked_lm.__all__,
+    *modern.__all__,
 ]

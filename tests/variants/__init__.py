@@ -21,6 +21,7 @@ ASSIGNMENTS = (
     "06_sentiment_capstone",
     "07_decoder",
     "08_pretraining",
+    "09_modern_encoder",
 )
 
 

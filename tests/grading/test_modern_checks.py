@@ -1,0 +1,210 @@
+"""The checks of notebook 09 (the encoder as it is built today): what is particular to them (the
+library's and PyTorch's own answers refused, both rotary pairings asked for, the layer's given
+``__init__`` loading the reference's weights, the catalogue's layer written out equal to the
+reference, the wire). Every answer of tests/variants, buggy, correct or stub, is graded in
+test_catalogue.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from notebook_namespace import (
+    Check,
+    SolutionNotebook,
+    expect_exported,
+    returning_subclass,
+    verdicts_here_and_wired,
+)
+
+import encoder_lib
+from encoder_lib.grading import _layers, modern, runner
+
+CHECKS = {
+    "test_rms_norm": Check("rms_norm", "rms_norm", modern.check_rms_norm),
+    "test_gated_feed_forward": Check(
+        "gated_feed_forward", "GatedFeedForward", modern.check_gated_feed_forward
+    ),
+    "test_apply_rotary": Check("apply_rotary", "apply_rotary", modern.check_apply_rotary),
+    "test_sliding_window_mask": Check(
+        "sliding_window_mask", "sliding_window_mask", modern.check_sliding_window_mask
+    ),
+    "test_modern_encoder_layer": Check(
+        "modern_encoder_layer", "ModernEncoderLayer", modern.check_modern_encoder_layer
+    ),
+}
+POINTS = {
+    "test_rms_norm": 2,
+    "test_gated_feed_forward": 2,
+    "test_apply_rotary": 3,
+    "test_sliding_window_mask": 1,
+    "test_modern_encoder_layer": 3,
+}
+NOTEBOOK = SolutionNotebook("09_modern_encoder", CHECKS)
+
+
+def test_notebook_has_the_cells_and_points_the_checks_expect():
+    assert list(NOTEBOOK.answers) == [answer for answer, _, _ in CHECKS.values()]
+    for test_cell, (answer, name, check) in CHECKS.items():
+        assert "### BEGIN SOLUTION" in NOTEBOOK.source(answer)
+        meta = NOTEBOOK.cells[test_cell]["metadata"]["nbgrader"]
+        assert meta["grade"] and meta["locked"] and meta["points"] == POINTS[test_cell]
+        source = NOTEBOOK.source(test_cell)
+        assert f"grading.{check.__name__}({name})" in source
+        assert f"grading.{check.__name__}({name}, thorough=True)" in source
+        assert runner.EXERCISES[test_cell].target == name
+    assert sum(POINTS.values()) == 11
+
+
+def test_module_lists_its_checks():
+    expect_exported(modern, {check.__name__ for _, _, check in CHECKS.values()})
+
+
+def test_the_given_inits_load_the_library_s_weights():
+    """The checks load the reference's state dict into the student's modules: the given
+    ``__init__``s must build the same parameters, and the solutions must then equal it."""
+    namespace = NOTEBOOK.namespace()
+    torch.manual_seed(0)
+    library = encoder_lib.GatedFeedForward(12, activation="silu").eval()
+    ours = namespace["GatedFeedForward"](12, activation="silu").eval()
+    ours.load_state_dict(library.state_dict())
+    x = torch.randn(2, 3, 12)
+    torch.testing.assert_close(ours(x), library(x))
+
+    library = encoder_lib.ModernEncoderLayer(
+        16, 4, 20, window=4, eps=1e-6, norm="rms", pairing="adjacent"
+    ).eval()
+    ours = namespace["ModernEncoderLayer"](16, 4, 20, window=4, pairing="adjacent").eval()
+    state = library.state_dict()
+    ours.load_state_dict({name: state[theirs] for name, theirs in modern._STATE.items()})
+    x, mask = torch.randn(2, 9, 16), runner.keep_first([9, 7], 9)
+    torch.testing.assert_close(ours(x, mask), library(x, mask))
+
+
+@pytest.mark.parametrize("train", [False, True])
+def test_the_layer_written_out_by_the_catalogue_is_the_reference(train):
+    """Every named mistake of exercise 5 is this formula with one thing changed: unchanged, it
+    must give the reference's output, in eval and in training mode (deterministic dropout)."""
+    for case in modern._layer_cases(thorough=True):
+        call = case.call
+        (D, H), options = call.init
+        if call.train != train:
+            continue
+        ref = modern._reference_layer(
+            D, H, options["d_ff"], options["window"], options["dropout"], options["pairing"],
+            call.seed, call.dtype,
+        )  # fmt: skip
+        x, mask = call.args[0], call.kwargs["mask"]
+
+        def written_out(ref=ref, x=x, mask=mask, window=options["window"]):
+            return modern._layer_formula(ref, x, mask, window, train, modern._Way())
+
+        right = _layers.catalogue(ref, train, {"": written_out})[""]
+        assert runner.close(right, case.expected, *runner.tolerance(case, case.expected)), case.what
+
+
+def test_both_pairings_are_asked_for_in_the_visible_tests():
+    asked = {case.call.kwargs.get("pairing") for case in modern._rotary_cases(thorough=False)}
+    assert asked == {"halves", "adjacent"}
+    halves_only = (
+        'def apply_rotary(x, cos, sin, pairing="halves"):\n'
+        "    x1, x2 = x.chunk(2, dim=-1)\n"
+        "    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)\n"
+    )
+    namespace = NOTEBOOK.namespace({"apply_rotary": halves_only})
+    error = NOTEBOOK.failure("test_apply_rotary", namespace)
+    assert "pairing='adjacent'" in str(error)
+
+
+@pytest.mark.parametrize(
+    "cell, source, says",
+    [
+        (
+            "rms_norm",
+            "def rms_norm(x, weight, eps=1e-6):\n"
+            "    return F.rms_norm(x, (x.shape[-1],), weight, eps)\n",
+            "F.rms_norm",
+        ),
+        (
+            "rms_norm",
+            "def rms_norm(x, weight, eps=1e-6):\n"
+            "    norm = nn.RMSNorm(x.shape[-1], eps=eps).to(x.dtype)\n"
+            "    return norm(x) * weight\n",
+            "nn.RMSNorm",
+        ),
+        (
+            "rms_norm",
+            "def rms_norm(x, weight, eps=1e-6):\n    return encoder_lib.rms_norm(x, weight, eps)\n",
+            "encoder_lib.rms_norm",
+        ),
+        (
+            "apply_rotary",
+            'def apply_rotary(x, cos, sin, pairing="halves"):\n'
+            "    return encoder_lib.apply_rotary(x, cos, sin, pairing)\n",
+            "encoder_lib.apply_rotary",
+        ),
+        (
+            "sliding_window_mask",
+            "def sliding_window_mask(length, window):\n"
+            "    return encoder_lib.sliding_window_mask(length, window)\n",
+            "encoder_lib.sliding_window_mask",
+        ),
+    ],
+)
+def test_the_built_in_answer_earns_nothing(cell, source, says):
+    namespace = NOTEBOOK.namespace({cell: source})
+    error = NOTEBOOK.failure(f"test_{cell}", namespace)
+    assert says in str(error) and "earns no points" in str(error)
+
+
+@pytest.mark.parametrize(
+    "cell, source, says",
+    [
+        (
+            "gated_feed_forward",
+            "class GatedFeedForward(encoder_lib.GatedFeedForward):\n"
+            "    def forward(self, x):\n"
+            "        return super().forward(x)\n",
+            "encoder_lib.GatedFeedForward",
+        ),
+        (
+            "modern_encoder_layer",
+            "class ModernEncoderLayer(nn.Module):\n"
+            "    def __init__(self, d_model, num_heads, d_ff=None, window=None, dropout=0.0,\n"
+            "                 pairing='halves'):\n"
+            "        super().__init__()\n"
+            "        self.layer = encoder_lib.ModernEncoderLayer(\n"
+            "            d_model, num_heads, d_ff, None, window, 'gelu', dropout, 1e-6, 'rms',\n"
+            "            pairing=pairing)\n"
+            "\n"
+            "    def forward(self, x, mask=None):\n"
+            "        return self.layer(x, mask)\n",
+            "encoder_lib.ModernEncoderLayer",
+        ),
+    ],
+)
+def test_the_library_module_as_the_answer_earns_nothing(cell, source, says):
+    namespace = NOTEBOOK.namespace({cell: source})
+    error = NOTEBOOK.failure(f"test_{cell}", namespace)
+    assert says in str(error)
+
+
+@pytest.mark.parametrize("test_cell", ["test_rms_norm", "test_apply_rotary"])
+def test_tensor_subclass_output_is_rejected(test_cell):
+    answer = CHECKS[test_cell].answer
+    namespace = NOTEBOOK.namespace({answer: returning_subclass(NOTEBOOK.source(answer))})
+    error = NOTEBOOK.failure(test_cell, namespace)
+    assert "Tensor subclass" in str(error)
+
+
+@pytest.mark.parametrize("test_cell", list(CHECKS))
+def test_verdicts_are_the_same_through_the_wire(test_cell):
+    """What the autograder sends into the kernel and reads back gives the verdicts the notebook
+    gives: for the solution and for every answer of the exercise's variants."""
+    answer = CHECKS[test_cell].answer
+    variants = [v for v in [*NOTEBOOK.buggy, *NOTEBOOK.correct] if v.cell == answer]
+    for variant in [None, *variants]:
+        namespace = NOTEBOOK.namespace({} if variant is None else {answer: variant.source})
+        here, wired = verdicts_here_and_wired(namespace, test_cell)
+        assert here == wired, getattr(variant, "name", "solution")
+        assert (here is None) == (variant is None or variant in NOTEBOOK.correct)
