@@ -1,16 +1,18 @@
 """What every notebook's setup cell calls: the same seed, thread count and quiet warnings
-locally, on Binder and under nbgrader."""
+locally, on Binder and under nbgrader; and the hints that tell a student which cells to run
+when a cell needs one that has not run (after a kernel restart, for example)."""
 
 from __future__ import annotations
 
 import os
+import re
 import sys
 import traceback
 import warnings
 
 import torch
 
-__all__ = ["setup_notebook"]
+__all__ = ["SETUP_NAMES", "install_hints", "setup_notebook"]
 
 
 def setup_notebook(seed: int = 0, threads: int = 1) -> None:
@@ -28,9 +30,40 @@ def setup_notebook(seed: int = 0, threads: int = 1) -> None:
     # PyTorch warns when nn.TransformerEncoder cannot use nested tensors; nbgrader would score a
     # test cell that prints it on stderr 0.
     warnings.filterwarnings("ignore", message="enable_nested_tensor is True")
-    shell = _ipython()
-    if shell is not None:
-        shell.set_custom_exc((NameError,), _test_cell_name_error)
+    _setup_done[0] = True
+    install_hints()
+
+
+SETUP_NAMES = frozenset(
+    "math os sys torch F nn plt widgets encoder_lib grading pretraining".split()
+)
+"""The names the notebooks' setup cell imports for the student's code
+(tests/test_restart_hints.py checks the list against every setup cell)."""
+
+_setup_done = [False]
+
+
+def install_hints(shell=None) -> None:
+    """Make the NameErrors of a kernel that has not run what it needs say what to run.
+
+    After a kernel restart nothing is defined until the cells run again, and students often run
+    the cell in front of them first. Then:
+
+    - a test cell naming an answer that is not defined says which cells to run (the setup cell
+      first if it has not run) in three lines, instead of Python's traceback;
+    - a check whose answer raised ``NameError`` for a name the setup cell imports (``math``,
+      ``torch``, ``F``...) says to run the setup cell (the first code cell);
+    - every other error is shown as IPython always shows it.
+
+    ``setup_notebook`` calls it, and so does ``import encoder_lib.grading`` (every test cell's
+    first line), so that it holds before the setup cell has run. Outside IPython it does nothing.
+    """
+    shell = shell if shell is not None else _ipython()
+    if shell is None:
+        return
+    from .grading.feedback import GradingError
+
+    shell.set_custom_exc((NameError, GradingError), _explain)
 
 
 def _ipython():
@@ -38,21 +71,66 @@ def _ipython():
     return module.get_ipython() if module is not None else None
 
 
-def _test_cell_name_error(shell, etype, value, tb, tb_offset=None):
-    """A test cell that names an answer the notebook has not defined (its cell was not run)
-    says so in two lines; every other NameError is shown as IPython always shows it. (IPython
-    calls this instead of showing the error: it must show it itself.)"""
+def _explain(shell, etype, value, tb, tb_offset=None):
+    """IPython calls this instead of showing a NameError or a failed check: it must show it."""
+    if isinstance(value, NameError):
+        lines = _name_error(shell, value, tb)
+        if lines is not None:
+            shell._showtraceback(etype, value, lines)
+            return None
+    elif _setup_name_missing(shell, value):
+        value.headline = "cannot be checked yet"
+    shell.showtraceback((etype, value, tb), tb_offset=tb_offset, running_compiled_code=True)
+    return None
+
+
+_RAISED = re.compile(r"raised NameError: name '(\w+)' is not defined\.?")
+_SETUP_CELL = "the setup cell (the first code cell)"
+
+
+def _setup_name_missing(shell, error) -> bool:
+    """If ``error`` (a failed check) comes from a setup-cell name the kernel lacks, say so in it."""
+    found = _RAISED.search(getattr(error, "problem", ""))
+    if not found or found[1] not in SETUP_NAMES or found[1] in shell.user_ns:
+        return False
+    error.problem = (
+        f"{error.problem.rstrip('.')}. {found[1]} is imported by {_SETUP_CELL}, which has not "
+        "run in this kernel (after a restart nothing has): run the setup cell first, then this "
+        "cell again."
+    )
+    return True
+
+
+def _name_error(shell, error: NameError, tb) -> list[str] | None:
+    """The short block for a NameError that running earlier cells would fix, else None."""
+    name = getattr(error, "name", None)
     frames = traceback.extract_tb(tb)
     line = (frames[-1].line or "") if frames else ""
-    if "grading.check_" not in line or not getattr(value, "name", None):
-        shell.showtraceback((etype, value, tb), tb_offset=tb_offset, running_compiled_code=True)
+    if not name:
+        return None
+    headline = "cannot be checked yet"
+    if name in SETUP_NAMES and name not in shell.user_ns:
+        headline = "needs the setup cell"
+        problem = (
+            f"{name} is not defined: {_SETUP_CELL} imports it and has not run in this kernel "
+            "(after a restart nothing has). Run the setup cell first, then the cells above this "
+            "one, then this one."
+        )
+    elif "grading.check_" in line and not _setup_done[0]:
+        problem = (
+            f"{name} is not defined, and the setup cell has not run in this kernel (after a "
+            f"restart nothing has). Run {_SETUP_CELL} first, then the cell that defines {name} "
+            "(and the cells above it), then this one."
+        )
+    elif "grading.check_" in line:
+        problem = (
+            f"{name} is not defined: run the cell that defines it (and the cells above it), "
+            "then this one."
+        )
+    else:
         return None
     from .grading.feedback import GradingError
 
-    error = GradingError(
-        f"{value.name} is not defined: run the cell that defines it (and the cells above it), "
-        "then this one."
-    )
-    error.headline = "cannot be checked yet"
-    shell._showtraceback(etype, value, error.lines(colour=True))
-    return None
+    block = GradingError(problem)
+    block.headline = headline
+    return block.lines(colour=True)

@@ -12,6 +12,7 @@ records what happened; the judging never happens where a student could reach it 
 comes back in nbgrader's own process.
 """
 
+from ..course import install_hints as _install_hints
 from . import (
     attention,
     capstone,
@@ -34,6 +35,10 @@ from .masked_lm import *  # noqa: F403
 from .modern import *  # noqa: F403
 from .multi_head import *  # noqa: F403
 from .runner import EXERCISES
+
+# Every test cell's first line imports this package: its NameErrors say what to run even when
+# the setup cell has not run since the kernel restarted (encoder_lib.course.install_hints).
+_install_hints()
 
 __all__ = [
     "EXERCISES",
