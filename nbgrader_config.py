@@ -35,18 +35,20 @@ c.ClearOutput.enabled = True
 # exercise is judged in this process (the student's kernel only evaluates their code on inputs
 # sent to it and hands back plain tensors), and cells tagged "demo" (figures, widgets) are
 # skipped. DisableCodeAboveSetup blanks student code placed above the locked setup cell.
-from encoder_lib.autograde.judge import DisableCodeAboveSetup, JudgeExecute  # noqa: E402
-
+# HiddenTestsOverwriteCells is nbgrader's OverwriteCells without its false alarm: a test cell
+# whose hidden tests were removed from the student version (and nothing else changed) is not
+# reported as changed. The classes are named as strings: nbgrader imports them when it grades,
+# so other commands (db, generate_assignment, export...) do not pay for importing torch.
 c.Autograde.sanitize_preprocessors = [
     "nbgrader.preprocessors.ClearOutput",
     "nbgrader.preprocessors.DeduplicateIds",
     "nbgrader.preprocessors.OverwriteKernelspec",
-    "nbgrader.preprocessors.OverwriteCells",
-    DisableCodeAboveSetup,
+    "encoder_lib.autograde.overwrite.HiddenTestsOverwriteCells",
+    "encoder_lib.autograde.judge.DisableCodeAboveSetup",
     "nbgrader.preprocessors.CheckCellMetadata",
 ]
 c.Autograde.autograde_preprocessors = [
-    JudgeExecute,
+    "encoder_lib.autograde.judge.JudgeExecute",
     "nbgrader.preprocessors.IgnorePattern",
     "nbconvert.preprocessors.ClearMetadataPreprocessor",
     "nbgrader.preprocessors.LimitOutput",

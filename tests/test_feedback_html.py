@@ -11,6 +11,7 @@ from bs4 import BeautifulSoup
 from encoder_lib.autograde.feedback import (
     WRAP_CSS,
     OfflineFeedbackExporter,
+    name_test_cells,
     offline_html,
     tex_to_mathml,
 )
@@ -78,3 +79,25 @@ def test_exporter_typesets_a_notebook():
     soup = _soup(html)
     assert len(soup.select(".text_cell_render math")) == 2
     assert not [s for s in soup.find_all("script") if "mathjax" in s.get("src", "").lower()]
+
+
+# nbgrader's feedback template lists every graded cell in #toc, each test cell as "Test cell".
+TOC = """<div id="toc"><ol>
+<li><a href="#test_layer_norm">Test cell</a> (Score: 0.0 / 2.0)</li>
+<li><a href="#test_not_registered">Test cell</a> (Score: 1.0 / 1.0)</li>
+<li><a href="#free_answer">Written response</a> (Score: 1.0 / 1.0)</li>
+</ol></div>"""
+
+
+def test_contents_list_names_each_test_after_its_exercise():
+    soup = _soup(TOC)
+    name_test_cells(soup)
+    entries = [li.get_text(" ", strip=True) for li in soup.select("#toc li")]
+    assert entries == [
+        "Exercise 1 · layer_norm (Score: 0.0 / 2.0)",  # encoder_lib.grading.EXERCISES' title
+        "Test cell (Score: 1.0 / 1.0)",  # a cell no exercise registers keeps nbgrader's word
+        "Written response (Score: 1.0 / 1.0)",
+    ]
+    soup = _soup(TOC)
+    name_test_cells(soup, {"test_not_registered": "Exercise 9 · mine"})
+    assert "Exercise 9 · mine" in soup.select("#toc li")[1].get_text()

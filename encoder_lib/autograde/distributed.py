@@ -37,6 +37,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+import psutil
+
 from encoder_lib.autograde import gradebook as G
 from encoder_lib.autograde import tasks as T
 
@@ -178,6 +180,11 @@ class Summary:
     left: int = 0
     """Submissions not graded because the run was interrupted."""
     seconds: float = 0.0
+    """The whole run: ``grade``'s own time; the command replaces it with its process's lifetime
+    (Python's start and the cluster's start and stop included), what ``time`` would say."""
+    grading_seconds: float = 0.0
+    """From the first task handed to the cluster to the last result merged: what the progress
+    bar counts."""
     task_seconds: list[float] = field(default_factory=list)
     """Each result's time on its worker."""
     merge_seconds: list[float] = field(default_factory=list)
@@ -201,7 +208,12 @@ class Summary:
             head += f", not graded {self.left} (interrupted)"
         head += f" in {self.seconds:.1f} s"
         if n:
-            head += f" ({self.seconds / n:.2f} s per submission, {len(self.workers)} workers)"
+            workers = len(self.workers)
+            head += (
+                f", of which {self.grading_seconds:.1f} s grading ({self.grading_seconds / n:.2f} s"
+                f" per submission with {workers} worker{'s' if workers != 1 else ''}; the rest "
+                "starts and stops the cluster and reads the gradebook)"
+            )
         out = [head]
         out += [f"  flagged {s}/{a}: " + "; ".join(r) for (s, a), r in sorted(self.flagged.items())]
         out += [f"  failed {s}/{a}: {why}" for (s, a), why in sorted(self.failed.items())]
@@ -248,7 +260,7 @@ def _progress(total: int, enabled: bool | None):
         disable=(not enabled) if enabled is not None else None,
         file=sys.stderr,
         dynamic_ncols=True,
-        smoothing=0.1,
+        smoothing=0,  # the mean rate since the start: at the end, the summary's per submission
     )
 
 
@@ -317,6 +329,7 @@ def grade(
             return future
 
         bar = _progress(len(queue), progress)
+        grading_start = time.perf_counter()
         pending = as_completed()
         window, sized = 8, 0.0
         try:
@@ -347,6 +360,7 @@ def grade(
             say("interrupted: what was merged is kept; run the same command again to go on")
         finally:
             bar.close()
+    summary.grading_seconds = time.perf_counter() - grading_start
     summary.seconds = time.perf_counter() - start
     return summary
 
@@ -413,6 +427,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     if "--" in argv:
         cut = argv.index("--")
         argv, overrides = argv[:cut], argv[cut + 1 :]
+    args = argument_parser().parse_args(argv)
+    args.overrides = tuple(overrides)
+    return args
+
+
+def argument_parser() -> argparse.ArgumentParser:
+    """The command line of ``python -m encoder_lib.autograde``."""
     doc = __doc__.split("\n\n")
     parser = argparse.ArgumentParser(
         prog="python -m encoder_lib.autograde",
@@ -420,7 +441,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         " (e.g. -- --Execute.timeout=120).",
     )
     parser.add_argument("assignments", nargs="+", help='assignment names or globs, e.g. "*"')
-    parser.add_argument("--course-dir", type=Path, default=Path.cwd())
+    parser.add_argument(
+        "--course-dir",
+        type=Path,
+        default=Path.cwd(),
+        help="the nbgrader course folder, where nbgrader_config.py and the gradebook are "
+        "(default: the current folder)",
+    )
     parser.add_argument("--scheduler", help="address of a running Dask scheduler (tcp://HOST:8786)")
     parser.add_argument(
         "--workers", type=int, help="size of the local cluster (default: one per core)"
@@ -454,9 +481,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         default=None,
         help="progress bar (default: when stderr is a terminal)",
     )
-    args = parser.parse_args(argv)
-    args.overrides = tuple(overrides)
-    return args
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -478,6 +503,7 @@ def main(argv: list[str] | None = None) -> int:
             progress=args.progress,
             all_logs=args.all_logs,
         )
+    summary.seconds = time.time() - psutil.Process().create_time()  # as `time` would measure
     print("\n".join(summary.lines()), flush=True)
     return summary.exit_code
 

@@ -8,7 +8,10 @@ the end of a long error message is cut off at the edge of its box).
 ``OfflineFeedbackExporter`` is nbconvert's ``HTMLExporter`` with one step added after it:
 ``offline_html`` converts the TeX in markdown cells (and ``text/latex`` outputs) to MathML,
 which every current browser draws by itself, removes the scripts that would be fetched from the
-network, and adds a style sheet that wraps output lines inside the page. Wire it with
+network, and adds a style sheet that wraps output lines inside the page and spaces the columns
+of markdown tables; ``name_test_cells``
+then lists each test cell in the page's contents by its exercise ("Exercise 2 · LayerNorm")
+rather than nbgrader's "Test cell" for all of them. Wire it with
 ``c.GenerateFeedback.exporter_class`` (see nbgrader_config.py). Nothing here reads files of the
 repository: any machine with encoder_lib, nbconvert and latex2mathml installed can use it.
 """
@@ -16,12 +19,20 @@ repository: any machine with encoder_lib, nbconvert and latex2mathml installed c
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 
 from bs4 import BeautifulSoup, NavigableString
 from latex2mathml.converter import convert
 from nbconvert.exporters import HTMLExporter
 
-__all__ = ["WRAP_CSS", "OfflineFeedbackExporter", "offline_html", "tex_to_mathml"]
+__all__ = [
+    "TABLE_CSS",
+    "WRAP_CSS",
+    "OfflineFeedbackExporter",
+    "name_test_cells",
+    "offline_html",
+    "tex_to_mathml",
+]
 
 # $$display$$, \[display\], \(inline\), $inline$. An inline $ opens before a non-space and closes
 # after one, not before a digit ("costs $5 or $6" is not maths); \$ is a dollar sign.
@@ -47,6 +58,17 @@ div.output_area pre, div.output_subarea pre, div.output_text pre {
 }
 div.input_area { overflow-x: auto; }
 math[display="block"] { display: block; margin: 0.6em 0; overflow-x: auto; }
+"""
+
+TABLE_CSS = """
+/* encoder_lib.autograde.feedback: markdown tables with space between their columns */
+.text_cell_render table { border-collapse: collapse; margin: 0.6em 0; }
+.text_cell_render th, .text_cell_render td {
+  padding: 0.25em 1em 0.25em 0;
+  text-align: left;
+  vertical-align: top;
+  border-bottom: 1px solid #ddd;
+}
 """
 
 
@@ -83,6 +105,11 @@ def offline_html(html: str) -> str:
     """The same page with its maths as MathML, no script fetched from the network, and output
     lines that wrap."""
     soup = BeautifulSoup(html, "html.parser")
+    _make_offline(soup)
+    return str(soup)
+
+
+def _make_offline(soup: BeautifulSoup) -> None:
     for script in soup.find_all("script"):
         remote = re.match(r"(https?:)?//", script.get("src", ""))
         if remote or script.get("type") == "text/x-mathjax-config":
@@ -97,15 +124,34 @@ def offline_html(html: str) -> str:
         for text in texts:
             _typeset(text)
     style = soup.new_tag("style")
-    style.string = WRAP_CSS
+    style.string = WRAP_CSS + TABLE_CSS
     (soup.head or soup).append(style)
-    return str(soup)
+
+
+def name_test_cells(soup: BeautifulSoup, titles: Mapping[str, str] | None = None) -> None:
+    """Give each "Test cell" entry of the contents list (nbgrader's ``#toc``, one link per graded
+    cell, to ``#<grade_id>``) the title of its exercise; ``titles`` maps grade_ids to titles
+    (default: every registered exercise's, ``encoder_lib.grading.EXERCISES``)."""
+    links = [a for a in soup.select("#toc a[href^='#']") if a.get_text(strip=True) == "Test cell"]
+    if not links:
+        return
+    if titles is None:
+        from encoder_lib.grading.runner import EXERCISES  # imports torch: only when needed
+
+        titles = {grade_id: exercise.title for grade_id, exercise in EXERCISES.items()}
+    for link in links:
+        title = titles.get(link["href"][1:])
+        if title:
+            link.string = title
 
 
 class OfflineFeedbackExporter(HTMLExporter):
     """nbconvert's HTMLExporter (with nbgrader's feedback template, as nbgrader configures it)
-    followed by ``offline_html``."""
+    followed by ``offline_html`` and ``name_test_cells``."""
 
     def from_notebook_node(self, nb, resources=None, **kw):
         html, resources = super().from_notebook_node(nb, resources, **kw)
-        return offline_html(html), resources
+        soup = BeautifulSoup(html, "html.parser")
+        _make_offline(soup)
+        name_test_cells(soup)
+        return str(soup), resources

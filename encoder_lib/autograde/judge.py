@@ -24,6 +24,7 @@ What is and is not guaranteed is written in the README ("How grading works").
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Iterator
 
 import nbformat
@@ -33,7 +34,7 @@ from nbgrader.preprocessors import Execute, NbGraderPreprocessor
 from nbgrader.utils import is_grade, is_solution
 
 from encoder_lib.grading import runner, wire
-from encoder_lib.grading.feedback import GradingError
+from encoder_lib.grading.feedback import GradingError, NotWrittenYet
 from encoder_lib.grading.observe import Call, Failure, Observation
 
 __all__ = ["JudgeExecute", "DisableCodeAboveSetup", "DEMO_TAG"]
@@ -42,6 +43,17 @@ DEMO_TAG = "demo"
 """Cells with this tag only show something; autograde skips them."""
 
 PASSED = "Correct: {title} passes every test, visible and hidden (checked by the grader).\n"
+
+# An unfinished exercise, said for a returned report rather than to someone at the notebook
+# ("run its cell, then this one" is what the notebook's own check says).
+NOT_WRITTEN = (
+    "{name} was not written: the submitted notebook still has the `raise NotImplementedError()` "
+    "it was given, so this test earns no points."
+)
+CALLS_STUB = (
+    "it calls {name}, which was not written (the submitted notebook still raises "
+    "NotImplementedError() there), so this test earns no points."
+)
 
 
 def _grade_id(cell) -> str | None:
@@ -69,6 +81,7 @@ class JudgeExecute(Execute):
             try:
                 runner.run(exercise, ask, thorough=True)
             except GradingError as error:
+                error = for_report(error)
                 return [
                     nbformat.v4.new_output(
                         "error",
@@ -82,6 +95,31 @@ class JudgeExecute(Execute):
                 "stream", name="stdout", text=PASSED.format(title=exercise.title)
             )
         ]
+
+
+def _wording(template: str) -> re.Pattern[str]:
+    """A pattern matching ``template`` (a runner wording with ``{name}`` fields)."""
+    first, *rest = re.escape(template).split(re.escape("{name}"))
+    fields = [r"(?P<name>\S+?)"] + [r"(?P=name)"] * (len(rest) - 1)
+    return re.compile(first + "".join(f + part for f, part in zip(fields, rest, strict=True)))
+
+
+_IN_THE_NOTEBOOK = {
+    NOT_WRITTEN: _wording(runner.NOT_WRITTEN),
+    CALLS_STUB: _wording(runner.CALLS_STUB),
+}
+
+
+def for_report(error: GradingError) -> GradingError:
+    """``error`` as a returned report says it: an unfinished exercise's message tells the
+    student what was missing instead of which cells to run."""
+    if isinstance(error, NotWrittenYet):
+        for wording, pattern in _IN_THE_NOTEBOOK.items():
+            match = pattern.fullmatch(error.problem)
+            if match:
+                error.problem = wording.format(name=match["name"])
+                break
+    return error
 
 
 class _KernelAsk:

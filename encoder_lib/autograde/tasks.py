@@ -182,6 +182,10 @@ def warm_up() -> str:
     import nbgrader.converters
     import nbgrader.preprocessors  # noqa: F401
 
+    # nbgrader_config.py names the grader's preprocessors as strings: import them (and torch).
+    import encoder_lib.autograde.judge
+    import encoder_lib.autograde.overwrite  # noqa: F401
+
     return f"{socket.gethostname()}:{os.getpid()}"
 
 

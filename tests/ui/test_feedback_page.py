@@ -94,6 +94,14 @@ _LONG_LINE = """(marker) => {
           overflow: pre.scrollWidth - pre.clientWidth, lines: box.height / line};
 }"""
 
+# Per table row, the space between each cell's text and the next cell's.
+_COLUMN_GAPS = """() => [...document.querySelectorAll('.text_cell_render table tr')].map(row => {
+  const texts = [...row.children].map(c => {
+    const r = document.createRange(); r.selectNodeContents(c); return r.getBoundingClientRect();
+  });
+  return texts.slice(0, -1).map((t, i) => texts[i + 1].left - t.right);
+}).flat()"""
+
 
 def test_feedback_typesets_maths_offline_and_wraps_long_lines(feedback, browser, artifacts):
     page, refused = _open_offline(browser, feedback["ours"])
@@ -120,4 +128,25 @@ def test_nbgrader_own_feedback_page_fails_both(feedback, browser, artifacts):
     assert "\\sqrt" in " ".join(page.locator(".text_cell_render").all_text_contents())
     line = page.evaluate(_LONG_LINE, "the message goes on")
     assert line["overflow"] > 0 or line["right"] > line["page"]
+    assert min(page.evaluate(_COLUMN_GAPS)) < 8  # table columns touch
+    page.context.close()
+
+
+def test_feedback_lists_each_test_by_its_exercise_and_speaks_to_a_report(feedback, browser):
+    """The contents list names exercises, not "Test cell" each time; an unfinished exercise is
+    reported as such, without the notebook's "run its cell, then this one"."""
+    page, _ = _open_offline(browser, feedback["ours"])
+    contents = page.locator("#toc li").all_inner_texts()
+    assert contents and contents[0].startswith("Exercise 1 · ")
+    assert not [entry for entry in contents if entry.startswith("Test cell")]
+    outputs = " ".join(page.locator(".output_subarea").all_text_contents())
+    assert "was not written" in outputs and "run its cell" not in outputs
+    page.context.close()
+
+
+def test_feedback_tables_have_space_between_columns(feedback, browser):
+    """The notebook's intro table: no column's text touches the next one's."""
+    page, _ = _open_offline(browser, feedback["ours"])
+    gaps = page.evaluate(_COLUMN_GAPS)
+    assert gaps and min(gaps) >= 8, gaps
     page.context.close()

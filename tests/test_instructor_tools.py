@@ -1,0 +1,88 @@
+"""The instructor's tools: nbgrader_config.py loads without torch, an unfinished exercise in a
+returned report, the grading command's summary and its help."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from traitlets.utils.importstring import import_item
+
+from encoder_lib.autograde import distributed
+from encoder_lib.autograde.judge import for_report
+from encoder_lib.grading import runner
+from encoder_lib.grading.feedback import GradingError, NotWrittenYet
+from tools.build_course import ROOT
+
+LOAD_CONFIG = (
+    "import sys\n"
+    "from traitlets.config.loader import PyFileConfigLoader\n"
+    "c = PyFileConfigLoader('nbgrader_config.py', path=sys.argv[1]).load_config()\n"
+    "print('torch' in sys.modules, *c.Autograde.sanitize_preprocessors, "
+    "*c.Autograde.autograde_preprocessors)\n"
+)
+
+
+def test_nbgrader_config_loads_without_importing_torch():
+    """Every nbgrader command loads nbgrader_config.py; the grader's preprocessors are named as
+    strings, imported (with torch) only when nbgrader grades."""
+    out = subprocess.run(
+        [sys.executable, "-c", LOAD_CONFIG, str(ROOT)], capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert out[0] == "False"
+    for name in out[1:]:
+        assert isinstance(import_item(name), type), name
+    assert "encoder_lib.autograde.overwrite.HiddenTestsOverwriteCells" in out
+    assert "nbgrader.preprocessors.OverwriteCells" not in out
+
+
+@pytest.mark.parametrize(
+    ("in_the_notebook", "in_the_report"),
+    [
+        (
+            runner.NOT_WRITTEN.format(name="layer_norm"),
+            "layer_norm was not written: the submitted notebook still has the `raise "
+            "NotImplementedError()` it was given, so this test earns no points.",
+        ),
+        (
+            runner.CALLS_STUB.format(name="LayerNorm.forward"),
+            "it calls LayerNorm.forward, which was not written (the submitted notebook still "
+            "raises NotImplementedError() there), so this test earns no points.",
+        ),
+    ],
+)
+def test_an_unfinished_exercise_is_reported_without_run_this_cell(in_the_notebook, in_the_report):
+    assert "run its cell" in in_the_notebook  # what the notebook's own check says
+    assert for_report(NotWrittenYet(in_the_notebook)).problem == in_the_report
+
+
+def test_other_messages_are_reported_as_the_notebook_shows_them():
+    problem = "it uses the unbiased variance, dividing by D - 1."
+    assert for_report(GradingError(problem)).problem == problem
+
+
+def test_summary_gives_one_total_and_says_what_the_grading_part_is():
+    summary = distributed.Summary(graded=[("s1", "a"), ("s2", "a")], seconds=15.7)
+    summary.grading_seconds, summary.workers = 6.2, {"w1"}
+    assert summary.lines() == [
+        "graded 2, flagged 0, failed 0, skipped 0 (already graded) in 15.7 s, of which 6.2 s "
+        "grading (3.10 s per submission with 1 worker; the rest starts and stops the cluster "
+        "and reads the gradebook)"
+    ]
+
+
+def test_every_option_of_the_grading_command_has_help():
+    actions = distributed.argument_parser()._actions
+    assert "--course-dir" in {flag for action in actions for flag in action.option_strings}
+    assert [a.dest for a in actions if not a.help] == []
+
+
+def test_overwrite_cells_settings_apply_to_the_courses_subclass():
+    from traitlets.config.loader import PyFileConfigLoader
+
+    from encoder_lib.autograde.overwrite import HiddenTestsOverwriteCells
+
+    config = PyFileConfigLoader("nbgrader_config.py", path=str(ROOT)).load_config()
+    assert config.OverwriteCells.add_missing_cells is True  # as the README says
+    assert HiddenTestsOverwriteCells(config=config).add_missing_cells is True
