@@ -36,11 +36,16 @@ $(STAMP): requirements.txt pyproject.toml
 
 # Students: notebooks/ only, without nbgrader's instructor extensions (binder/jupyter/ holds the
 # same settings Binder applies). LAB_ARGS passes more options, e.g. LAB_ARGS=--ip=0.0.0.0.
+# The first notebook opens with the file browser at the root, where every notebook's folder is
+# (JupyterLab's file-browser-path; without it the browser opens in the notebook's folder). The
+# printed address is the root, which leads there: the server would print the home page's address
+# with "?token=" glued after its own "?" (a link that asks for the token again).
+LAB_HOME := /lab/tree/01_self_attention/01_self_attention.ipynb?file-browser-path=/
 lab: setup
-	@echo "JupyterLab serves notebooks/. Open the http://localhost:...?token=... address it prints."
+	@echo "JupyterLab serves notebooks/. Open the first http://...?token=... address it prints."
 	JUPYTER_CONFIG_PATH="$(CURDIR)/binder/jupyter$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH}" \
 		$(BIN)/jupyter lab $(ALLOW_ROOT) --ServerApp.root_dir=notebooks \
-		--LabApp.default_url=/lab/tree/01_self_attention/01_self_attention.ipynb $(LAB_ARGS)
+		'--LabApp.default_url=$(LAB_HOME)' --ServerApp.custom_display_url=/ $(LAB_ARGS)
 
 # Instructors: the whole repository (the nbgrader course directory) with the formgrader.
 instructor: setup

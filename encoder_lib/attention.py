@@ -107,6 +107,8 @@ class MultiHeadAttention(nn.Module):
     """
 
     def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True):
+        """Build the fused projection ``in_proj_weight`` ``(3D, D)`` and ``out_proj``,
+        initialised as PyTorch does; the arguments are described in the class docstring."""
         super().__init__()
         if num_heads < 1 or embed_dim % num_heads != 0:
             raise ValueError(
@@ -137,6 +139,18 @@ class MultiHeadAttention(nn.Module):
         mask: torch.Tensor | None = None,
         need_weights: bool = True,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Attend from each query position to the key positions, H heads at a time.
+
+        Args:
+            query: ``(B, L_q, D)``.
+            key, value: ``(B, L_k, D)``; self-attention passes the same ``x`` three times.
+            mask: boolean, True = may attend, broadcastable to ``(B, H, L_q, L_k)``.
+            need_weights: return each head's weights; False takes the fused kernel
+                (``F.scaled_dot_product_attention``) and returns None instead.
+
+        Returns:
+            ``(output, weights)``: output ``(B, L_q, D)``; weights ``(B, H, L_q, L_k)`` or None.
+        """
         for name, t in (("query", query), ("key", key), ("value", value)):
             check_rank(name, t, "(B, L, D)")
             check_last_dim(name, t, self.embed_dim)

@@ -77,6 +77,9 @@ class DecoderLayer(nn.Module):
         norm_first: bool = False,
         layer_norm_eps: float = 1e-5,
     ):
+        """Build the sub-layers under ``nn.TransformerDecoderLayer``'s names (``self_attn``,
+        ``multihead_attn``, ``linear1``, ``linear2``, ``norm1`` to ``norm3``, ``dropout``,
+        ``dropout1`` to ``dropout3``); the arguments are described in the class docstring."""
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, num_heads, dropout)
         self.multihead_attn = MultiHeadAttention(d_model, num_heads, dropout)
@@ -100,6 +103,20 @@ class DecoderLayer(nn.Module):
         tgt_mask: torch.Tensor | None = None,
         memory_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
+        """Masked self-attention, cross-attention to ``memory``, then the FFN, each with its
+        residual connection and LayerNorm.
+
+        Args:
+            x: the target, ``(B, L_tgt, D)``.
+            memory: the encoder's output, ``(B, L_src, D)``.
+            tgt_mask: boolean, True = may attend, broadcastable to ``(B, H, L_tgt, L_tgt)``;
+                ``causal_mask(L_tgt)`` keeps each position from seeing the ones after it.
+            memory_mask: boolean, True = may attend, broadcastable to ``(B, H, L_tgt, L_src)``;
+                ``padding_mask(src_ids, pad_id)`` hides the source padding.
+
+        Returns:
+            ``(B, L_tgt, D)``.
+        """
         self._check_inputs(x, memory, tgt_mask, memory_mask)
         if self.norm_first:
             x = x + self._sa_block(self.norm1(x), tgt_mask)
@@ -223,6 +240,8 @@ class TransformerDecoder(nn.Module):
     """
 
     def __init__(self, decoder_layer: DecoderLayer, num_layers: int, norm: LayerNorm | None = None):
+        """Stack ``num_layers`` deep copies of ``decoder_layer`` (they start with equal weights,
+        as in ``nn.TransformerDecoder``) and keep ``norm`` for the end."""
         super().__init__()
         if num_layers < 1:
             raise ValueError(f"num_layers must be at least 1, got {num_layers}")
@@ -237,6 +256,9 @@ class TransformerDecoder(nn.Module):
         tgt_mask: torch.Tensor | None = None,
         memory_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
+        """Run ``x`` ``(B, L_tgt, D)`` through every layer, each attending to the same
+        ``memory`` ``(B, L_src, D)`` with the same masks (see ``DecoderLayer.forward``), then
+        through ``norm`` if there is one; returns ``(B, L_tgt, D)``."""
         for layer in self.layers:
             x = layer(x, memory, tgt_mask, memory_mask)
         return x if self.norm is None else self.norm(x)

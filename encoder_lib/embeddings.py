@@ -31,11 +31,15 @@ class TokenEmbedding(nn.Module):
     def __init__(
         self, vocab_size: int, d_model: int, padding_idx: int | None = None, scale: bool = True
     ):
+        """Keep the table in ``self.embedding``, an ``nn.Embedding(vocab_size, d_model,
+        padding_idx=padding_idx)``; the arguments are described in the class docstring."""
         super().__init__()
         self.embedding = nn.Embedding(vocab_size, d_model, padding_idx=padding_idx)
         self.scale = math.sqrt(d_model) if scale else 1.0
 
     def forward(self, token_ids: torch.Tensor) -> torch.Tensor:
+        """Look up token ids ``(B, L)`` (integers below ``vocab_size``); returns ``(B, L, D)``,
+        times sqrt(D) when ``scale`` is on."""
         check_token_ids("token_ids", token_ids, self.embedding.num_embeddings)
         return self.embedding(token_ids.long()) * self.scale  # (B, L, D)
 
@@ -65,10 +69,13 @@ class SinusoidalPositionalEncoding(nn.Module):
     """
 
     def __init__(self, d_model: int, max_len: int = 5000):
+        """Compute the ``(max_len, D)`` table once (``sinusoidal_table``)."""
         super().__init__()
         self.register_buffer("pe", sinusoidal_table(max_len, d_model), persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` ``(B, L, D)`` plus the table's first L rows (the same for every sentence);
+        a ``ValueError`` if L is longer than ``max_len``."""
         limit = "the positional encoding covers at most max_len = {} positions"
         return _add_positions(x, self.pe, limit)
 
@@ -78,10 +85,14 @@ class LearnedPositionalEmbedding(nn.Module):
     ``max_len``."""
 
     def __init__(self, max_len: int, d_model: int):
+        """One vector of D features per position in the parameter ``weight`` ``(max_len, D)``,
+        drawn with standard deviation 0.02 (BERT's initialiser range)."""
         super().__init__()
         self.weight = nn.Parameter(torch.randn(max_len, d_model) * 0.02)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` ``(B, L, D)`` plus the first L learned vectors; a ``ValueError`` if L is longer
+        than ``max_len``."""
         limit = "only max_len = {} positions have a learned embedding"
         return _add_positions(x, self.weight, limit)
 

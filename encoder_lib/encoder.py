@@ -57,6 +57,9 @@ class EncoderLayer(nn.Module):
         norm_first: bool = False,
         layer_norm_eps: float = 1e-5,
     ):
+        """Build the sub-layers under ``nn.TransformerEncoderLayer``'s names (``self_attn``,
+        ``linear1``, ``linear2``, ``norm1``, ``norm2``, ``dropout``, ``dropout1``,
+        ``dropout2``); the arguments are described in the class docstring."""
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, num_heads, dropout)
         self.linear1 = nn.Linear(d_model, d_ff)
@@ -71,6 +74,16 @@ class EncoderLayer(nn.Module):
         self.norm_first = norm_first
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Self-attention, then the FFN, each with its residual connection and LayerNorm.
+
+        Args:
+            x: ``(B, L, D)``.
+            mask: boolean, True = may attend, broadcastable to ``(B, H, L, L)``
+                (``padding_mask`` gives ``(B, 1, 1, L)``).
+
+        Returns:
+            ``(B, L, D)``.
+        """
         check_rank("x", x, "(B, L, D)")
         if self.norm_first:
             x = x + self._sa_block(self.norm1(x), mask)
@@ -136,6 +149,8 @@ class TransformerEncoder(nn.Module):
     """
 
     def __init__(self, encoder_layer: EncoderLayer, num_layers: int, norm: LayerNorm | None = None):
+        """Stack ``num_layers`` deep copies of ``encoder_layer`` (they start with equal weights,
+        as in ``nn.TransformerEncoder``) and keep ``norm`` for the end."""
         super().__init__()
         if num_layers < 1:
             raise ValueError(f"num_layers must be at least 1, got {num_layers}")
@@ -144,6 +159,8 @@ class TransformerEncoder(nn.Module):
         self.norm = norm
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Run ``x`` ``(B, L, D)`` through every layer with the same ``mask`` (boolean, True =
+        may attend), then through ``norm`` if there is one; returns ``(B, L, D)``."""
         for layer in self.layers:
             x = layer(x, mask)
         return x if self.norm is None else self.norm(x)

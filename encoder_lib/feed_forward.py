@@ -39,6 +39,8 @@ class FeedForward(nn.Module):
     """
 
     def __init__(self, d_model: int, d_ff: int, dropout: float = 0.1, activation: str = "relu"):
+        """Build ``linear1`` (D to d_ff), ``dropout`` and ``linear2`` (d_ff to D); the
+        arguments are described in the class docstring."""
         super().__init__()
         self.activation_name = activation
         self.activation = get_activation(activation)
@@ -47,5 +49,7 @@ class FeedForward(nn.Module):
         self.linear2 = nn.Linear(d_ff, d_model)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Send each position of ``x`` ``(..., D)`` through D -> d_ff -> D on its own; the
+        output has the shape of ``x``."""
         check_last_dim("x", x, self.linear1.in_features)
         return self.linear2(self.dropout(self.activation(self.linear1(x))))

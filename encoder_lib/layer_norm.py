@@ -26,6 +26,7 @@ class LayerNorm(nn.Module):
     """
 
     def __init__(self, d_model: int, eps: float = 1e-5):
+        """``weight`` starts at ones and ``bias`` at zeros: a new LayerNorm only normalises."""
         super().__init__()
         self.d_model = d_model
         self.eps = eps
@@ -33,6 +34,8 @@ class LayerNorm(nn.Module):
         self.bias = nn.Parameter(torch.zeros(d_model))  # beta
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Normalise each position of ``x`` ``(..., D)`` over D, then scale and shift it
+        feature by feature; the output has the shape of ``x``."""
         check_last_dim("x", x, self.d_model)
         centred = x - x.mean(dim=-1, keepdim=True)
         var = centred.square().mean(dim=-1, keepdim=True)  # biased: divide by D
@@ -40,6 +43,7 @@ class LayerNorm(nn.Module):
         return centred * torch.rsqrt(var + self.eps) * self.weight + self.bias
 
     def extra_repr(self) -> str:
+        """What ``print(module)`` shows in the brackets: ``LayerNorm(512, eps=1e-05)``."""
         return f"{self.d_model}, eps={self.eps}"
 
     @classmethod

@@ -53,9 +53,14 @@ class SentenceEncoder(nn.Module):
     Shape:
         input: a sequence of B strings, or token ids ``(B, max_sequence_length)``;
         output ``(B, max_sequence_length, D)``.
+
+    Like every ``nn.Module`` it starts in training mode, where dropout makes each call return a
+    different tensor: call ``.eval()`` for the same output every time, ``.train()`` to train.
     """
 
     def __init__(self, vocab: Vocabulary | None = None, config: EncoderConfig | None = None):
+        """Build the embedding, the positional encoding and the encoder stack from ``config``;
+        every layer gets initial weights of its own."""
         super().__init__()
         self.vocab = (
             vocab if vocab is not None else Vocabulary.from_sentences(s for s, _ in load_corpus())
@@ -86,6 +91,9 @@ class SentenceEncoder(nn.Module):
         return ids.to(self.embedding.embedding.weight.device)
 
     def forward(self, sentences: Sequence[str] | torch.Tensor) -> torch.Tensor:
+        """Encode B sentences (strings, or token ids ``(B, max_sequence_length)``); returns one
+        vector per position, ``(B, max_sequence_length, D)``, padding keys masked in every
+        layer. In training mode (the default) dropout makes each call differ: ``.eval()``."""
         ids = sentences if isinstance(sentences, torch.Tensor) else self.tokenize(sentences)
         L = self.config.max_sequence_length
         if ids.dim() != 2 or ids.shape[1] != L:
@@ -97,9 +105,11 @@ class SentenceEncoder(nn.Module):
         return self.encoder(x, padding_mask(ids, self.vocab.pad_id))  # (B, L, D)
 
     def num_parameters(self) -> int:
+        """How many numbers the model learns (every parameter's elements, summed)."""
         return sum(p.numel() for p in self.parameters())
 
     def extra_repr(self) -> str:
+        """What ``print(model)`` adds to the first line: the vocabulary size and d_head."""
         return (
             f"vocab_size={len(self.vocab)}, d_head={self.config.d_model // self.config.num_heads}"
         )

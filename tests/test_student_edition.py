@@ -114,6 +114,18 @@ def test_student_makefile_serves_notebooks_without_instructor_tools(edition):
     assert dry_run.returncode == 0, dry_run.stderr
     assert "--ServerApp.root_dir=notebooks" in dry_run.stdout
     assert f'JUPYTER_CONFIG_PATH="{edition}/binder/jupyter' in dry_run.stdout
+    first = released()[0]  # open, with the file browser at the root (every notebook's folder)
+    assert f"default_url=/lab/tree/{first}/{first}.ipynb?file-browser-path=/'" in dry_run.stdout
+
+
+def test_readme_lists_every_notebook_found_and_says_how_to_keep_work(edition):
+    readme = (edition / "README.md").read_text()
+    titles = [se._title(RELEASE / name / f"{name}.ipynb") for name in released()]
+    assert f"{len(titles)} notebooks" in readme.split("## Start")[0]
+    for number, title in enumerate(titles, start=1):
+        assert f"| {number} | {title} |" in readme
+    keep = readme.split("## Keep your work")[1].split("\n## ")[0]
+    assert "git pull" in keep and "Duplicate" in keep and "git checkout -- notebooks" in keep
 
 
 def test_repository_readme_links_every_notebook_on_colab():

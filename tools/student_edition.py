@@ -196,17 +196,21 @@ def student_readme(repo: str, branch: str) -> str:
         )
     binder_first, _ = links(repo, branch, released()[0])
     return STUDENT_README.format(
-        binder=binder_first, badge=BINDER_BADGE, rows="\n".join(rows), index=TORCH_CPU_INDEX
+        binder=binder_first,
+        badge=BINDER_BADGE,
+        rows="\n".join(rows),
+        count=len(rows),
+        first=released()[0],
+        index=TORCH_CPU_INDEX,
     )
 
 
 STUDENT_README = """\
 # Transformer Encoder Lab
 
-Write the Transformer encoder yourself, one piece per notebook: self-attention, multi-head
-attention, layer normalisation, the feed-forward network, the full encoder, and a sentiment
-classifier on top of it. Every exercise has a test cell right below it that tells you at once
-whether your code is right, and if not, what looks wrong.
+Write a Transformer yourself, one piece per notebook: {count} notebooks, listed under "The
+notebooks" below. Every exercise has a test cell right below it that tells you at once whether
+your code is right, and if not, what looks wrong.
 
 [![Binder]({badge})]({binder})
 
@@ -227,14 +231,29 @@ Pick one; all three run the same notebooks.
   ```
 
   creates `.venv/` (PyTorch's CPU-only build included, about 1.5 GB on disk; a few minutes the
-  first time) and opens JupyterLab on the first notebook; the others are in the file browser.
-  Without `make`:
+  first time) and opens JupyterLab on the first notebook, with every notebook's folder in the
+  file browser on the left. Without `make`:
 
   ```bash
   python3.11 -m venv .venv
   .venv/bin/pip install --extra-index-url {index} -r requirements.txt
   JUPYTER_CONFIG_PATH=binder/jupyter .venv/bin/jupyter lab --ServerApp.root_dir=notebooks
   ```
+
+## Keep your work
+
+On Binder and Colab, save your notebooks as said above. If you cloned this repository:
+
+- `git pull` (to get your instructor's updates) brings new versions of the notebook files
+  themselves, and git refuses to overwrite a notebook you changed, or leaves conflict markers in
+  it. So write your answers in a copy: in JupyterLab's file browser, right-click a notebook and
+  choose Duplicate (`{first}-Copy1.ipynb`, beside the original). git never touches a
+  file it does not track: your copies survive every pull, and the updates arrive beside them.
+- Already wrote in an original? Copy it before you pull, for example
+  `cp notebooks/{first}/{first}.ipynb my-{first}.ipynb`;
+  let git put the original back (`git checkout -- notebooks`), then pull.
+- Hand your work in under the notebook's own name (`{first}.ipynb` for the first):
+  that is the name the grader looks for.
 
 ## The notebooks
 
@@ -281,11 +300,13 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 \tfi
 \ttouch $@
 
+# The first notebook opens with the file browser at the root, where every notebook's folder is.
+LAB_HOME := /lab/tree/{first}/{first}.ipynb?file-browser-path=/
 lab: setup
-\t@echo "JupyterLab serves notebooks/. Open the http://localhost:...?token=... address it prints."
+\t@echo "JupyterLab serves notebooks/. Open the first http://...?token=... address it prints."
 \tJUPYTER_CONFIG_PATH="$(CURDIR)/binder/jupyter$${{JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH}}" \\
 \t\t$(BIN)/jupyter lab $(ALLOW_ROOT) --ServerApp.root_dir=notebooks \\
-\t\t--LabApp.default_url=/lab/tree/{first}/{first}.ipynb $(LAB_ARGS)
+\t\t'--LabApp.default_url=$(LAB_HOME)' --ServerApp.custom_display_url=/ $(LAB_ARGS)
 """
 
 _INSTALL_SOURCE = re.compile(r"git\+https://github\.com/[\w.-]+/[\w.-]+@[\w./-]+")

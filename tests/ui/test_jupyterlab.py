@@ -365,31 +365,76 @@ def test_student_notebook_in_the_browser(name, student_lab, browser, artifacts):
     run_checks(ran, STUDENT_CHECKS)
 
 
+# The hints hold before the setup cell has run because every test cell's first line imports
+# encoder_lib.grading, which installs them (tests/test_restart_hints.py, in a kernel of its own).
+def test_a_test_cell_run_first_after_a_restart_says_to_run_the_setup_cell(
+    student_lab, browser, artifacts
+):
+    """The kernel restarts and the student runs the first test cell: a short block that says to
+    run the setup cell first, not Python's traceback."""
+    first = released()[0]
+    relpath = f"{first}/{first}.ipynb"
+    nb = nbformat.read(student_lab.root / relpath, as_version=4)
+    index = next(
+        i
+        for i, c in enumerate(nb.cells)
+        if c.metadata.get("nbgrader", {}).get("grade") and c.cell_type == "code"
+    )
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(student_lab.address(f"lab/tree/{relpath}?reset"))
+    page.wait_for_function(_KERNEL_IDLE, timeout=90_000)
+    page.evaluate(f"async () => {{ await {_NOTEBOOK}.sessionContext.session.kernel.restart(); }}")
+    page.wait_for_function(_KERNEL_IDLE, timeout=90_000)
+    page.evaluate(f"i => {{ {_NOTEBOOK}.content.activeCellIndex = i; }}", index)
+    page.evaluate("window.jupyterapp.commands.execute('notebook:run-cell')")
+    page.wait_for_function(
+        f"i => {_NOTEBOOK}.content.model.cells.get(i).outputs.length > 0", arg=index, timeout=90_000
+    )
+    page.wait_for_function(_ALL_DONE, timeout=90_000)
+    (error,) = page.evaluate(f"i => {_NOTEBOOK}.content.model.cells.get(i).outputs.toJSON()", index)
+    page.evaluate(f"i => {_NOTEBOOK}.content.scrollToItem(i)", index)
+    page.screenshot(path=str(artifacts / "restart-test-cell-first.png"))
+    page.close()
+    text = re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(error["traceback"]))
+    assert text.startswith("Cannot be checked yet"), text
+    assert "Traceback" not in text
+    assert "Run the setup cell (the first code cell) first" in re.sub(r"\s+", " ", text)
+
+
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
     def redirect_request(self, *args, **kwargs):
         return None
 
 
+_LISTED = "() => [...document.querySelectorAll('.jp-DirListing-itemText')].map(e => e.textContent)"
+
+
 def test_make_lab_opens_the_first_notebook_and_reaches_every_one(student_lab, browser, artifacts):
     """`make lab` (run by the fixture): the server's root is notebooks/, its home page is the
-    first notebook, every notebook is reachable, and none of nbgrader's instructor tools is
-    there."""
+    first notebook with the file browser at the root (every notebook's folder in view), every
+    notebook is reachable, and none of nbgrader's instructor tools is there."""
     first = released()[0]
-    home = f"/lab/tree/{first}/{first}.ipynb"
-    assert f"{home}?token=" in student_lab.log.read_text()  # the address `make lab` prints
+    home = f"/lab/tree/{first}/{first}.ipynb?file-browser-path=/"
+    # The first address `make lab` prints is the server's root with the token (which the server
+    # writes "..." when it was given one, as here)...
+    printed = re.findall(r"\] +(http://\S+)", student_lab.log.read_text())
+    assert printed and printed[0] == f"{student_lab.url}/?token=..."
     opener = urllib.request.build_opener(_NoRedirect)
     with pytest.raises(urllib.error.HTTPError) as redirect:
         opener.open(student_lab.address(""))
-    assert redirect.value.headers["Location"].startswith(home)  # and where "/" leads
+    # ...which leads to the home page, the token still readable after it.
+    assert redirect.value.headers["Location"] == f"{home}&token={student_lab.token}"
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
-    page.goto(student_lab.address(f"{home}?reset"))  # ?reset: ignore layouts earlier tests saved
+    page.goto(student_lab.address("?reset"))  # ?reset: ignore layouts earlier tests saved
     page.wait_for_function(
         f"() => {{ const w = window.jupyterapp && {_NOTEBOOK};"
         " return !!(w && w.context && w.context.path); }",
         timeout=90_000,
     )
     assert page.evaluate(f"() => {_NOTEBOOK}.context.path") == f"{first}/{first}.ipynb"
-    page.wait_for_selector(".jp-DirListing-item", timeout=30_000)
+    page.wait_for_function(
+        f"names => names.every(n => ({_LISTED})().includes(n))", arg=released(), timeout=30_000
+    )
     page.screenshot(path=str(artifacts / "make-lab-home.png"))
     for name in released():
         with urllib.request.urlopen(student_lab.address(f"api/contents/{name}/{name}.ipynb")) as r:
