@@ -26,7 +26,7 @@ from tools.student_edition import released
 _NOTEBOOK = "window.jupyterapp.shell.currentWidget"
 # The kernel is idle and no cell prompt shows "[*]" (queued or running).
 _KERNEL_IDLE = f"""() => {{
-  const w = {_NOTEBOOK};
+  const w = window.jupyterapp && {_NOTEBOOK};
   return !!(w && w.sessionContext && w.sessionContext.session
             && w.sessionContext.session.kernel
             && w.sessionContext.session.kernel.status === 'idle');
@@ -382,6 +382,7 @@ def test_a_test_cell_run_first_after_a_restart_says_to_run_the_setup_cell(
     )
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     page.goto(student_lab.address(f"lab/tree/{relpath}?reset"))
+    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
     page.wait_for_function(_KERNEL_IDLE, timeout=90_000)
     page.evaluate(f"async () => {{ await {_NOTEBOOK}.sessionContext.session.kernel.restart(); }}")
     page.wait_for_function(_KERNEL_IDLE, timeout=90_000)
