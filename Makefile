@@ -63,8 +63,11 @@ lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
+# Two pytest workers: the slow suites spend most of their time waiting on kernels, servers and
+# browsers, and each suite stays whole on one worker (tests/conftest.py, ONE_WORKER).
+PYTEST_WORKERS ?= 2
 test: lint
-	$(BIN)/python -m pytest --durations=25
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup --durations=25
 	# nbval: re-execute every solution notebook and compare with its committed outputs, three
 	# times in a row to prove the outputs are deterministic.
 	for run in 1 2 3; do echo "nbval run $$run of 3"; $(NBVAL) || exit 1; done
@@ -72,7 +75,7 @@ test: lint
 # The quick loop: everything but the slow end-to-end suites (nbgrader pipeline, browser, Dask)
 # and nbval. CI runs `make test`, which includes them.
 quick: lint
-	$(BIN)/python -m pytest -m "not slow"
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup -m "not slow"
 
 nbval: setup
 	$(NBVAL)
