@@ -85,9 +85,11 @@ class _EncoderClassifier(nn.Module):
 
     ``scale_embedding=False``: nn.Embedding starts from N(0, 1) entries, so multiplying them by
     sqrt(D) (the paper's scaling, meant for embeddings of size 1/sqrt(D)) makes every word
-    sqrt(32) = 5.7 times louder than the positional encoding, whose entries lie in [-1, 1]. On a
-    task where only the order of the words tells the labels apart, that model stays at chance
-    for many epochs; unscaled, it learns within a few.
+    vector sqrt(2D) = 8 times longer than the positional encoding's rows (length D against
+    sqrt(D/2)). On a task where only the order of the words tells the labels apart, that model
+    stays at chance for many epochs; unscaled, it learns within a few. ``scale_embedding=True``
+    measures that combination: TokenEmbedding(scale=True) alone starts small (std 1/sqrt(D)),
+    so its table is brought back to N(0, 1) first.
     """
 
     def __init__(self, vocab: encoder_lib.Vocabulary, max_len: int, recipe: Recipe):
@@ -97,6 +99,9 @@ class _EncoderClassifier(nn.Module):
         self.embedding = encoder_lib.TokenEmbedding(
             len(vocab), D, padding_idx=vocab.pad_id, scale=recipe.scale_embedding
         )
+        if recipe.scale_embedding:  # N(0, 1) entries times sqrt(D), the tutorials' combination
+            with torch.no_grad():
+                self.embedding.embedding.weight.mul_(D**0.5)
         self.positional = encoder_lib.SinusoidalPositionalEncoding(D, max_len)
         layer = encoder_lib.EncoderLayer(D, recipe.num_heads, recipe.d_ff, recipe.dropout)
         self.encoder = encoder_lib.TransformerEncoder(layer, recipe.num_layers)

@@ -8,8 +8,10 @@ Conventions (the same in every file of ``encoder_lib``):
   ``F.scaled_dot_product_attention``'s boolean ``attn_mask``; it is the *opposite* of
   ``nn.MultiheadAttention``'s ``key_padding_mask`` and boolean ``attn_mask``, where True means
   "ignore". Convert with ``~``.
-* A query row whose keys are all masked gets zero weights and a zero output (no NaN), which is
-  also what ``F.scaled_dot_product_attention`` returns on PyTorch 2.13.
+* A query row whose keys are all masked gets zero weights and a zero output (no NaN) on every
+  PyTorch ``encoder_lib`` accepts, because it zeroes such rows itself;
+  ``F.scaled_dot_product_attention`` alone returns zeros there only since PyTorch 2.5 (NaN
+  before).
 * Attention always returns a pair ``(output, weights)``; ``weights`` is None when not asked for.
 """
 
@@ -46,9 +48,10 @@ def scaled_dot_product_attention(
             return ``None`` for the weights; the output is the same to rounding error.
 
     Returns:
-        ``(output, weights)``: output ``(..., L_q, d_v)``; weights ``(..., L_q, L_k)`` whose rows
-        sum to 1 (after dropout, the weights actually used), or None. A fully masked row gives
-        zero weights and a zero output.
+        ``(output, weights)``: output ``(..., L_q, d_v)``; weights ``(..., L_q, L_k)``, the
+        weights actually used, or None. Without dropout each row sums to 1; with dropout they
+        are the dropped-out weights, whose rows sum to 1 only on average (kept entries are
+        divided by 1 - dropout_p). A fully masked row gives zero weights and a zero output.
     """
     if query.dim() < 2 or key.dim() != query.dim() or value.dim() != query.dim():
         raise ValueError(

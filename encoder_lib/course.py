@@ -23,15 +23,27 @@ def setup_notebook(seed: int = 0, threads: int = 1) -> None:
     one thread is as fast on an idle laptop and much faster on a busy or throttled machine
     (measured while writing the notebooks: a tiny matmul took ~50 ms with 2 threads on a loaded
     2-core machine, under 1 ms with one). ``threads`` is also capped at the usable cores.
+
+    Prints one line when it is done, so that a beginner sees that the cell worked (importing
+    torch takes seconds). The line is the same on every machine with the pinned torch: its
+    version is given as major.minor, without the build's ``+cpu`` suffix (nbval compares it).
     """
+    from . import __version__
+
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    torch.set_num_threads(max(1, min(threads, cores or 1)))
+    used = max(1, min(threads, cores or 1))
+    torch.set_num_threads(used)
     torch.manual_seed(seed)
     # PyTorch warns when nn.TransformerEncoder cannot use nested tensors; nbgrader would score a
     # test cell that prints it on stderr 0.
     warnings.filterwarnings("ignore", message="enable_nested_tensor is True")
     _setup_done[0] = True
     install_hints()
+    torch_version = ".".join(torch.__version__.split("+")[0].split(".")[:2])
+    print(
+        f"Setup done: torch {torch_version}, encoder_lib {__version__}, random seed {seed}, "
+        f"{used} torch thread{'s' if used > 1 else ''}. Now run the cells below in order."
+    )
 
 
 SETUP_NAMES = frozenset(

@@ -18,14 +18,24 @@ __all__ = [
 
 
 class TokenEmbedding(nn.Module):
-    r"""Token ids ``(B, L)`` to vectors ``(B, L, D)``, multiplied by sqrt(D) as in the paper
-    (so that they are not drowned by the positional encoding, whose entries lie in [-1, 1]).
+    r"""Token ids ``(B, L)`` to vectors ``(B, L, D)``, multiplied by sqrt(D) as in the paper.
+
+    The sizes are chosen against the sinusoidal positional encoding, whose rows have length
+    sqrt(D/2) (D/2 pairs with sin^2 + cos^2 = 1). With ``scale`` on, the table starts with
+    entries of standard deviation 1/sqrt(D) (the small start the paper's factor assumes: there
+    the table is shared with the output layer), so after the factor a token vector has entries
+    of size about 1 and length about sqrt(D), sqrt(2) times the encoding's. With ``scale`` off,
+    the table keeps ``nn.Embedding``'s start, entries N(0, 1), and the vectors have the same
+    size. What must not be combined is the N(0, 1) start *and* the factor (much tutorial code
+    does): entries of size sqrt(D), vectors of length D, sqrt(2D) times the encoding's (32 at
+    D = 512), and the positions are drowned by the tokens.
 
     Args:
         vocab_size: number of token ids.
         d_model: D.
         padding_idx: id whose vector is zero and receives no gradient.
-        scale: multiply by sqrt(D) (default True).
+        scale: start small and multiply by sqrt(D) (default True); False: ``nn.Embedding``'s
+            N(0, 1) start and no factor.
     """
 
     def __init__(
@@ -36,6 +46,9 @@ class TokenEmbedding(nn.Module):
         super().__init__()
         self.embedding = nn.Embedding(vocab_size, d_model, padding_idx=padding_idx)
         self.scale = math.sqrt(d_model) if scale else 1.0
+        if scale:  # N(0, 1) entries / sqrt(D): the padding row stays zero, no random draws
+            with torch.no_grad():
+                self.embedding.weight.div_(self.scale)
 
     def forward(self, token_ids: torch.Tensor) -> torch.Tensor:
         """Look up token ids ``(B, L)`` (integers below ``vocab_size``); returns ``(B, L, D)``,

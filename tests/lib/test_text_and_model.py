@@ -155,6 +155,26 @@ def test_token_embedding_scales_by_sqrt_d_and_zeroes_padding():
     assert_close(unscaled(ids), unscaled.embedding.weight[ids])
 
 
+def test_token_vectors_start_the_size_of_the_positional_encoding():
+    """Scaled or not, a token vector starts with entries of size about 1 (length about sqrt(D),
+    sqrt(2) times a sinusoidal row's sqrt(D/2)): the scaled table starts at nn.Embedding's draw
+    divided by sqrt(D), with the same random numbers."""
+    D = 64
+    torch.manual_seed(0)
+    plain = torch.nn.Embedding(1000, D, padding_idx=0).weight.detach()
+    torch.manual_seed(0)
+    scaled = TokenEmbedding(1000, D, padding_idx=0)
+    assert_close(scaled.embedding.weight.detach() * 8.0, plain)  # sqrt(64) = 8
+    assert (scaled.embedding.weight[0] == 0).all()
+    ids = torch.arange(1, 1000)[None, :]  # (1, 999)
+    encoding = sinusoidal_table(1, D).norm()
+    assert_close(encoding, torch.tensor(D / 2) ** 0.5)
+    for emb in (scaled, TokenEmbedding(1000, D, scale=False)):
+        lengths = emb(ids).detach().norm(dim=-1)  # (1, 999)
+        assert 0.95 < lengths.mean() / D**0.5 < 1.05
+        assert 1.3 < lengths.mean() / encoding < 1.5
+
+
 # --- the model ---------------------------------------------------------------------------------
 
 

@@ -1,7 +1,8 @@
 """The authoring guide's rules (docs/AUTHORING.md) hold in every solution notebook: the setup
 cell comes first and imports before it calls setup_notebook(); cells tagged ``demo`` (skipped
 at autograde) define nothing that an answer, a test or a cell that still runs needs; every test
-cell that a registered exercise grades exists and ends with a statement."""
+cell that a registered exercise grades exists and ends with a statement; nbval's rules live in
+cell tags, not in the sources students read; the setup cell says in one line that it worked."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 
 from encoder_lib.autograde.judge import DEMO_TAG
 from encoder_lib.grading import EXERCISES
-from tools.build_course import SOLUTIONS, assignments
+from tools.build_course import RELEASE, SOLUTIONS, assignments
 
 MAGIC = re.compile(r"^\s*[%!].*$", re.MULTILINE)
 
@@ -112,3 +113,33 @@ def test_every_registered_exercise_has_its_test_cell():
         assert not isinstance(last, ast.Expr) or isinstance(last.value, ast.Call), (
             "a trailing expression would become the cell's score"
         )
+
+
+IGNORE_TAG = "nbval-ignore-output"
+
+
+@pytest.mark.parametrize("name", assignments())
+def test_nbval_rules_are_tags_not_comments_students_read(name):
+    """Explorers are tagged ``nbval-ignore-output`` (a widget's output cannot be compared), no
+    source carries nbval's ``# NBVAL_...`` comments, and the release keeps the tags."""
+    tagged = []
+    for cell in _cells(name):
+        assert "NBVAL_" not in cell.source, f"{cell.get('id')}: use the {IGNORE_TAG} tag"
+        tags = cell.metadata.get("tags", [])
+        if cell.cell_type == "code" and "widgets.interact" in cell.source:
+            assert IGNORE_TAG in tags, f"{cell.get('id')}: an explorer nbval would compare"
+        if IGNORE_TAG in tags:
+            tagged.append(cell.get("id"))
+    assert tagged
+    released = nbformat.read(RELEASE / name / f"{name}.ipynb", as_version=4).cells
+    assert [c.get("id") for c in released if IGNORE_TAG in c.metadata.get("tags", [])] == tagged
+
+
+@pytest.mark.parametrize("name", assignments())
+def test_the_setup_cell_says_in_one_line_that_it_worked(name):
+    """What setup_notebook prints, committed (nbval compares it): the same on every machine."""
+    (setup,) = [c for c in _cells(name) if _grade_id(c) == "setup"]
+    text = "".join(o.get("text", "") for o in setup.outputs if o.output_type == "stream")
+    (line,) = text.splitlines()
+    assert line.startswith("Setup done: torch 2.") and "+" not in line, line
+    assert "random seed 0" in line and "1 torch thread." in line
