@@ -112,7 +112,9 @@ _IN_THE_NOTEBOOK = {
 
 def for_report(error: GradingError) -> GradingError:
     """``error`` as a returned report says it: an unfinished exercise's message tells the
-    student what was missing instead of which cells to run."""
+    student what was missing instead of which cells to run, and no ``grading.hint()`` is offered
+    (there is no kernel to run it in)."""
+    error.hint = None
     if isinstance(error, NotWrittenYet):
         for wording, pattern in _IN_THE_NOTEBOOK.items():
             match = pattern.fullmatch(error.problem)

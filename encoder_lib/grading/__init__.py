@@ -2,7 +2,8 @@
 
 Every ``check_*`` takes the student's function or class, raises ``GradingError`` with a short
 message in the student's terms when something is wrong (see ``feedback``), prints nothing and
-returns None when all is right; ``thorough=True`` adds the hidden tests' cases.
+returns None when all is right; ``thorough=True`` adds the hidden tests' cases. After a failed
+check, ``hint()`` prints a more concrete hint for it, where the message has one.
 
 How it is built: each exercise is data (``runner.Exercise``: how to call the student's object,
 its cases, the reference, the catalogue of named mistakes, the built-ins it forbids) and one
@@ -29,7 +30,7 @@ from .capstone import *  # noqa: F403
 from .decoder import *  # noqa: F403
 from .encoder import *  # noqa: F403
 from .feed_forward import *  # noqa: F403
-from .feedback import ForbiddenCallError, GradingError, NotWrittenYet, show_full_tracebacks
+from .feedback import ForbiddenCallError, GradingError, NotWrittenYet, hint, show_full_tracebacks
 from .layer_norm import *  # noqa: F403
 from .masked_lm import *  # noqa: F403
 from .modern import *  # noqa: F403
@@ -45,6 +46,7 @@ __all__ = [
     "ForbiddenCallError",
     "GradingError",
     "NotWrittenYet",
+    "hint",
     "show_full_tracebacks",
     *attention.__all__,
     *multi_head.__all__,

@@ -23,7 +23,6 @@ diagonal, all True, 0/1 floats or additive 0/-inf floats. ``F.scaled_dot_product
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -33,8 +32,8 @@ import torch.nn.functional as F
 
 import encoder_lib
 
-from . import observe, runner
-from .feedback import GradingError
+from . import observe
+from .feedback import GradingError, Hinted
 from .observe import Call, Failure, Forbidden, Observation
 from .runner import Ask, Case, close, keep_first, randn, register_given
 
@@ -98,9 +97,22 @@ FORGOT_V = (
 PAIR_SWAPPED = "the pair is in the wrong order: return (output, weights), output first."
 BATCH_AXES = (
     "{error}Your function works on a single sequence (2-D inputs) but not with a batch axis in "
-    "front: index axes from the end (d_k = query.shape[-1]), transpose only the last two axes of "
-    "key (key.transpose(-2, -1) or key.mT; key.T reverses every axis, so on a batched tensor it "
-    "moves the batch axis too) and use @ or torch.matmul rather than torch.mm."
+    "front: count axes from the end (the last one is d_k whatever comes before it), swap only "
+    "the last two axes of key (key.T reverses every axis, so on a batched tensor it moves the "
+    "batch axis too) and use a matrix product that broadcasts over batch axes (@, not torch.mm)."
+)
+BATCH_AXES_HINT = (
+    "negative axes count from the end: shape[-1] and a transpose of the axes -2 and -1 mean the "
+    "same on (L, d_k) and on (B, H, L, d_k); tensors also have .mT, the transpose of the last "
+    "two axes."
+)
+KEY_NOT_TRANSPOSED = Hinted(
+    "Is key transposed? A product A @ B needs A's last axis as long as B's second-to-last. "
+    "The scores Q K^T multiply query (..., L_q, d_k) by key TRANSPOSED, (..., d_k, L_k), so "
+    "that every query meets every key; key as it is, (..., L_k, d_k), does not fit. Swap the "
+    "last two axes of key before the product.",
+    "a tensor's transpose method takes the two axes to swap; name them from the end (negative "
+    "axes) so that batch axes in front stay where they are.",
 )
 SINGLE_SEQUENCE = (
     "These inputs are a single sequence with no batch axis: count axes from the end (-1, -2), "
@@ -136,11 +148,29 @@ def _batched(error: GradingError, case: Case, passed: list[Case]) -> GradingErro
         return error
     problem = error.problem.rstrip()
     problem += " " if problem.endswith(".") else ". "
-    return GradingError(BATCH_AXES.format(error=problem), where=error.where)
+    return GradingError(BATCH_AXES.format(error=problem), where=error.where, hint=BATCH_AXES_HINT)
 
 
 def _single_sequence_hint(failure: Failure) -> str | None:
-    return SINGLE_SEQUENCE if failure.error == "IndexError" else None
+    return SINGLE_SEQUENCE if failure.error == "IndexError" else _matmul_hint(failure)
+
+
+def _scores_hint(failure: Failure) -> str | None:
+    if failure.error == "IndexError":
+        return SINGLE_SEQUENCE
+    return _matmul_hint(failure, anywhere=True)
+
+
+_MATMUL_ERRORS = ("cannot be multiplied", "Expected size for first two dimensions of batch2")
+
+
+def _matmul_hint(failure: Failure, anywhere: bool = False) -> str | None:
+    """A product of query and key that does not fit: key not transposed (``query @ key``). In
+    attention_scores (``anywhere``) every product is one; elsewhere, on a line naming both."""
+    line = (failure.where or "").lower()
+    matmul = failure.error == "RuntimeError" and any(e in failure.message for e in _MATMUL_ERRORS)
+    ours = anywhere or ("key" in line and "query" in line)
+    return KEY_NOT_TRANSPOSED if matmul and ours else None
 
 
 def _case(
@@ -163,7 +193,9 @@ def _case(
         + (", backpropagating" if backward else ""),
         expected=reference(*args),
         inputs={f"args[{i}]": name for i, name in enumerate(params)},
-        failure_hint=_single_sequence_hint if args[0].dim() == 2 else None,
+        failure_hint=fields.pop(
+            "failure_hint", _single_sequence_hint if args[0].dim() == 2 else _matmul_hint
+        ),
         **fields,
     )
     if upstream is not None:
@@ -177,14 +209,7 @@ def _case(
 def _checked_first(case: Case, check: Callable[[Observation], str | None]) -> Case:
     """``case`` with ``check`` looked at before the generic structure, shape and value steps: for
     a problem those would name less well (a swapped pair, an additive mask)."""
-
-    def judge(obs: Observation, ask: Ask) -> None:
-        problem = check(obs)
-        if problem:
-            raise GradingError(problem)
-        runner.judge(dataclasses.replace(case, judge=None), obs, ask)
-
-    case.judge = judge
+    case.precheck = check
     return case
 
 
@@ -320,7 +345,8 @@ def _scores_case(query: torch.Tensor, key: torch.Tensor, upstream: _Upstream = N
         _reference_scores,
         upstream,
         mistakes=lambda: _scale_mistakes(query, key),
-        slots=("the scores",),
+        failure_hint=_scores_hint,
+        slots=("the scores tensor",),
         letters=("(..., L_q, L_k)",),
     )
 
@@ -340,7 +366,11 @@ def _scores_cases(thorough: bool) -> Iterator[Case]:
 
 
 check_attention_scores = register_given(
-    1, "def attention_scores(query, key):", _scores_cases, rewrite=_batched
+    1,
+    "def attention_scores(query, key):",
+    _scores_cases,
+    rewrite=_batched,
+    reference=_reference_scores,
 )
 
 
@@ -386,7 +416,11 @@ def _softmax_cases(thorough: bool) -> Iterator[Case]:
 
 
 check_masked_softmax = register_given(
-    2, "def masked_softmax(scores, mask=None):", _softmax_cases, rewrite=_batched
+    2,
+    "def masked_softmax(scores, mask=None):",
+    _softmax_cases,
+    rewrite=_batched,
+    reference=_reference_weights,
 )
 
 

@@ -54,7 +54,7 @@ from torch import nn
 import encoder_lib
 
 from . import observe, runner
-from .feedback import GradingError
+from .feedback import GradingError, Hinted
 from .observe import Call, Failure, Observation
 from .runner import Case, ModuleSpec, close, keep_first, randn, reference_mode
 
@@ -487,8 +487,9 @@ def _judge_train_step(s: _StepSetup, obs: Observation) -> None:
             if not modes:  # the model was never called
                 raise GradingError(
                     f"the loss it returns{which} is {value:.6g}, not the cross-entropy of "
-                    "model(token_ids) against labels: call the model on the batch and return "
-                    "F.cross_entropy(logits, labels).item()."
+                    "model(token_ids) against labels: call the model on the batch, take the "
+                    "cross-entropy of its logits against labels and return it as a Python "
+                    "float."
                 )
             raise GradingError(
                 f"the loss it returns{which} is {value:.6g}, but F.cross_entropy(logits, labels) "
@@ -658,9 +659,14 @@ def _classifier_mistakes(model: _Classifier, ids: torch.Tensor, train: bool):
                 "masked_mean(h, keep), then apply the head."
             ] = head(h.mean(dim=-1))
         m |= {
-            "the encoder runs without the padding mask: the real tokens attend to the "
-            "padding. Pass the mask (B, 1, 1, L), True at real tokens: "
-            "self.encoder(x, keep[:, None, None, :]).": head(unmasked),
+            Hinted(
+                "the encoder runs without the padding mask: the real tokens attend to the "
+                "padding. Give the encoder a padding mask of shape (B, 1, 1, L), True at the "
+                "real tokens (one value per key, the same for every head and query).",
+                "keep (True at real tokens) is (B, L): indexing with None inserts a size-1 "
+                "axis, one for the heads and one for the queries; the encoder takes the mask "
+                "as its second argument.",
+            ): head(unmasked),
             "the mask passed to the encoder has the wrong polarity: True at padding. True "
             "means 'may attend', so it must be True at the real tokens.": head(mask_reversed),
             "no positional encoding is added: without self.positional the encoder cannot "
@@ -775,8 +781,8 @@ def _classifier_hint(failure: Failure) -> str | None:
         )
     if "mask" in failure.message:
         return (
-            "The encoder takes the mask as (B, 1, 1, L), True at real tokens: "
-            "keep[:, None, None, :] with keep = token_ids != self.pad_id."
+            "The encoder takes the mask as (B, 1, 1, L), True at real tokens: where token_ids "
+            "differs from self.pad_id, with size-1 axes for the heads and the queries."
         )
     return None
 

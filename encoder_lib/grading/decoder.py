@@ -48,6 +48,7 @@ from torch import nn
 import encoder_lib
 
 from . import _layers, observe, runner
+from .feedback import Hinted
 from .observe import Call, Failure, Forbidden, Observation, Part
 from .runner import Ask, Case, ModuleSpec, keep_first, randn
 
@@ -134,6 +135,17 @@ _BEFORE_LAST = (slice(None), slice(None, -1))  # [:, :-1]: every position before
 # --- (a) causal self-attention -------------------------------------------------------------------
 
 
+_CAUSAL_HINT = (
+    "start from an (L, L) tensor of True (dtype=torch.bool) and keep its lower triangle: torch "
+    "has a method for the lower triangle of a matrix (notebook 01's causal_mask is exactly it)."
+)
+_COMBINE_HINT = (
+    "combine two boolean masks with & (both must allow). keep is (B, L): indexing it with None "
+    "inserts a size-1 axis; insert one for the heads and one for the queries so that it becomes "
+    "(B, 1, 1, L), and & with the (L, L) causal mask broadcasts to (B, 1, L, L)."
+)
+
+
 def _causal_mistakes(ref, x, keep) -> dict[str, Any]:
     L = x.shape[1]
     ones = torch.ones(L, L, dtype=torch.bool)
@@ -149,35 +161,47 @@ def _causal_mistakes(ref, x, keep) -> dict[str, Any]:
     entries = {
         "the mask is on the wrong side of the diagonal: position i may attend to i and the "
         "positions after it, i.e. to the future. The causal mask is True on and below the "
-        "diagonal, torch.ones(L, L, dtype=torch.bool).tril(): query i sees keys 0..i.": attend(
-            with_pad(ones.triu())
-        ),
+        "diagonal (the lower triangle): query i sees keys 0..i.": attend(with_pad(ones.triu())),
         "the mask leaves out the diagonal: position i may not attend to itself, and position 0 "
-        "has nothing at all to attend to (its output is zero). Keep the diagonal: .tril(), not "
-        ".tril(-1).": attend(with_pad(ones.tril(-1))),
+        "has nothing at all to attend to (its output is zero). Keep the diagonal: the lower "
+        "triangle with the diagonal included (offset 0, not -1).": attend(with_pad(ones.tril(-1))),
         "the mask has the wrong polarity: True must mean 'may attend'. Your mask is True above "
-        "the diagonal, the future; use torch.ones(L, L, dtype=torch.bool).tril() as it is, with "
-        "no ~.": attend(with_pad(~causal)),
+        "the diagonal, the future: the lower triangle itself is the mask, with no ~.": attend(
+            with_pad(~causal)
+        ),
     }
     if keep is None:
         entries[
-            "no causal mask reaches the attention: every position sees the whole target, the "
-            "future included. Pass torch.ones(L, L, dtype=torch.bool).tril() as the mask."
+            Hinted(
+                "no causal mask reaches the attention: every position sees the whole target, "
+                "the future included. Give the attention a causal mask: an (L, L) boolean "
+                "tensor, True on and below the diagonal (True = may attend).",
+                _CAUSAL_HINT,
+            )
         ] = attend(None)
     else:
         entries |= {
-            "it ignores keep: the padded target positions stay visible. Combine both masks, "
-            "causal & keep[:, None, None, :] (shape (B, 1, L, L)): a key must be in the past "
-            "and real.": attend(causal),
-            "it ignores the causal part and masks only the padding: position i still sees the "
-            "future. Combine both masks: causal & keep[:, None, None, :].": attend(pad),
+            Hinted(
+                "it ignores keep: the padded target positions stay visible. A key may be "
+                "attended only if it is in the past AND real, so the mask is both conditions at "
+                "once: the causal mask (L, L) and keep, with keep laid out as one value per key "
+                "(a column of the scores (B, H, L, L)), the same for every head and query.",
+                _COMBINE_HINT,
+            ): attend(causal),
+            Hinted(
+                "it ignores the causal part and masks only the padding: position i still sees "
+                "the future. A key may be attended only if it is in the past AND real: the "
+                "mask must hold both conditions, the causal one and the padding one.",
+                _COMBINE_HINT,
+            ): attend(pad),
             "it combines the two masks with | (or): a key that is in the past OR real is "
             "visible, so the future shows through. A key must be both: use &.": attend(
                 causal | pad
             ),
             "the padding mask is applied to the queries (keep[:, None, :, None], the rows) "
-            "instead of the keys: padding is something no query may look at, so it masks "
-            "columns, keep[:, None, None, :].": attend(causal & keep[:, None, :, None]),
+            "instead of the keys: padding is something no query may look at, so it masks the "
+            "columns, the last axis of the scores: keep's L axis must line up with the keys' "
+            "axis.": attend(causal & keep[:, None, :, None]),
             "the padding mask has the wrong polarity: keep is True at real tokens (may "
             "attend), so use it as it is, with no ~.": attend(causal & ~pad),
         }
@@ -213,8 +237,8 @@ def _causal_case(B, L, D, H, seed, keep_rows=None, dtype=torch.float64) -> Case:
         if "must broadcast" in failure.message or "must match the size" in failure.message:
             return (
                 "The mask must broadcast against the scores (B, H, L, L): the causal part is "
-                "(L, L), keep becomes (B, 1, 1, L) with keep[:, None, None, :], and their & is "
-                "(B, 1, L, L)."
+                "(L, L), keep (B, L) needs singleton axes for the heads and the queries, "
+                "(B, 1, 1, L), and the two combined are (B, 1, L, L)."
             )
         if "boolean" in failure.message:
             return "Build the mask with dtype=torch.bool (True = may attend)."
@@ -289,14 +313,15 @@ def _cross_mistakes(ref, x, memory, keep) -> dict[str, Any]:
     if keep is not None:
         entries |= {
             "it ignores memory_keep: every target position also looks at the source's padding. "
-            "Pass memory_keep[:, None, None, :] (B, 1, 1, L_src) as the mask.": attend(
+            "The mask is memory_keep laid out as one value per key (source position), "
+            "(B, 1, 1, L_src), the same for every head and target position.": attend(
                 x, memory, memory, None
             ),
             "the source mask has the wrong polarity: memory_keep is True at real source tokens "
             "(may attend), so use it as it is, with no ~.": attend(x, memory, memory, ~pad),
             "the source mask is applied to the queries (memory_keep[:, None, :, None], the "
             "rows of the scores) instead of the keys: padding is something no query may look "
-            "at, so it masks the columns, memory_keep[:, None, None, :].": attend(
+            "at, so it masks the columns: memory_keep's L_src axis must be the last one.": attend(
                 x, memory, memory, keep[:, None, :, None]
             ),
             "a causal mask is added to the cross-attention: target position i may read every "
@@ -327,7 +352,8 @@ def _cross_case(B, L_tgt, L_src, D, H, seed, lengths=None, dtype=torch.float64) 
             return (
                 "the source padding leaks into the output: changing only the padded positions of "
                 "memory changed it. memory_keep must hide those source positions from every "
-                "query: pass memory_keep[:, None, None, :] (B, 1, 1, L_src) as the mask."
+                "query: pass memory_keep as a (B, 1, 1, L_src) mask, one value per source "
+                "position."
             )
         return None
 
@@ -336,19 +362,18 @@ def _cross_case(B, L_tgt, L_src, D, H, seed, lengths=None, dtype=torch.float64) 
         scores = "The cross-attention scores have shape (B, H, L_tgt, L_src)"
         if f"got shape {(B, L_src)}" in text:
             return (
-                f"{scores}: give memory_keep (B, L_src) two singleton axes first, "
-                "memory_keep[:, None, None, :] (B, 1, 1, L_src), one value per source position "
-                "(key), the same for every head and target position."
+                f"{scores}: give memory_keep (B, L_src) two singleton axes for the heads and "
+                "the target positions, (B, 1, 1, L_src): one value per source position (key), "
+                "the same for every head and target position."
             )
         if f"got shape {(B, 1, L_src, 1)}" in text:
             return (
-                f"{scores}: memory_keep[:, None, :, None] would mask target positions (the "
-                "queries, the rows). The source padding masks keys (the columns): "
-                "memory_keep[:, None, None, :]."
+                f"{scores}: (B, 1, L_src, 1) would mask target positions (the queries, the "
+                "rows). The source padding masks keys (the columns): (B, 1, 1, L_src)."
             )
         if "must broadcast" in text or "must match the size" in text:
             return (
-                f"{scores}, and the mask is memory_keep[:, None, None, :] (B, 1, 1, L_src). The "
+                f"{scores}, and the mask is memory_keep as (B, 1, 1, L_src). The "
                 "keys and values must be memory, whose length is L_src: with x as keys they "
                 "would have length L_tgt."
             )
@@ -493,8 +518,9 @@ def _layer_mistakes(ref, x, memory, tgt_mask, memory_mask, norm_first, train) ->
         "self-attention sub-layer: each sub-layer works on the result of the one before it "
         "(keep updating x).": f(form="stale_query"),
         "the cross-attention takes its keys and values from the decoder "
-        "(multihead_attn(x, x, x, ...)): they come from the encoder's output, "
-        "self.multihead_attn(x, memory, memory, memory_mask).": f(keys="x"),
+        "(multihead_attn(x, x, x, ...)): in cross-attention the decoder asks (queries from "
+        "x) and the encoder's output answers (keys and values from memory, with "
+        "memory_mask).": f(keys="x"),
     }
     if tgt_mask is not None:
         m |= {
@@ -589,19 +615,19 @@ def _layer_case(
         if "tuple" in text:
             return (
                 "self.self_attn and self.multihead_attn return a pair (output, weights): unpack "
-                "it, e.g. `attn, _ = self.self_attn(x, x, x, tgt_mask)`."
+                "it into two names (the weights are not needed here) and use the output."
             )
         if "must broadcast" in text or "must match the size" in text:
             return (
-                "Check which attention gets which inputs and mask: self.self_attn(x, x, x, "
-                "tgt_mask), scores (B, H, L_tgt, L_tgt); self.multihead_attn(x, memory, memory, "
-                "memory_mask), scores (B, H, L_tgt, L_src): the cross-attention's keys and values "
-                "come from memory."
+                "Check which attention gets which inputs and mask: the self-attention reads x "
+                "only, with tgt_mask, scores (B, H, L_tgt, L_tgt); the cross-attention's queries "
+                "come from x and its keys and values from memory, with memory_mask, scores "
+                "(B, H, L_tgt, L_src)."
             )
         if "key and value must have shape" in text:
             return (
-                "The cross-attention's keys and values both come from memory: "
-                "self.multihead_attn(x, memory, memory, memory_mask)."
+                "The cross-attention's keys and values both come from memory (the encoder's "
+                "output); its queries come from x."
             )
         return None
 

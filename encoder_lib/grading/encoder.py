@@ -278,7 +278,10 @@ def _mask_cases(thorough: bool) -> Iterator[Case]:
 
 
 check_make_padding_mask = runner.register_given(
-    "(b)", "def make_padding_mask(token_ids, pad_id):", _mask_cases
+    "(b)",
+    "def make_padding_mask(token_ids, pad_id):",
+    _mask_cases,
+    reference=encoder_lib.padding_mask,
 )
 
 
@@ -392,8 +395,8 @@ def _layer_case(
         if "tuple" not in failure.message:
             return None
         return (
-            "self.self_attn returns a pair (output, weights): unpack it, e.g. "
-            "`attn, _ = self.self_attn(x, x, x, mask)`."
+            "self.self_attn returns a pair (output, weights): unpack it into two names (the "
+            "weights are not needed here) and use the output."
         )
 
     mode = f"norm_first={norm_first}"

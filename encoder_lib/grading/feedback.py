@@ -16,7 +16,7 @@ import os
 import textwrap
 import traceback
 
-__all__ = ["GradingError", "ForbiddenCallError", "show_full_tracebacks"]
+__all__ = ["GradingError", "ForbiddenCallError", "Hinted", "hint", "show_full_tracebacks"]
 
 WIDTH = 96
 """Lines are wrapped to this width: the notebook's and the feedback page's boxes show them whole."""
@@ -31,6 +31,43 @@ def show_full_tracebacks(on: bool = True) -> None:
     _full[0] = on
 
 
+class Hinted(str):
+    """A message that has a more concrete hint, shown on request (``hint()``): the message
+    explains the concept, the hint points at the tool, neither hands over the line to paste."""
+
+    hint: str
+
+    def __new__(cls, message: str, hint: str) -> Hinted:
+        self = super().__new__(cls, message)
+        self.hint = hint
+        return self
+
+
+_last: list[GradingError] = []
+
+
+def hint() -> None:
+    """Print a more concrete hint for the check that failed last in this kernel."""
+    if not _last:
+        print("No check has failed yet in this kernel: hint() helps after a failed test cell.")
+        return
+    error = _last[-1]
+    title = error.exercise or "the last failed check"
+    if error.hint:
+        print(f"Hint for {title}: {error.hint}")
+    else:
+        print(
+            f"No more concrete hint for {title}: its message is already as precise as it gets. "
+            "Re-read it next to your code, and print the shapes of your intermediate tensors."
+        )
+
+
+def remember(error: GradingError) -> GradingError:
+    """Keep ``error`` for ``hint()`` (the checks run in the notebook call this)."""
+    _last[:] = [error]
+    return error
+
+
 class GradingError(AssertionError):
     """A check failed. ``problem`` says what is wrong in the student's terms.
 
@@ -40,6 +77,8 @@ class GradingError(AssertionError):
             x of shape (3, 5, 4)"``.
         exercise: which exercise, e.g. ``"Exercise 1 · layer_norm"``.
         where: the student's line that raised, when the failure is an exception from their code.
+        hint: a more concrete hint, printed by ``hint()`` on request (by default the one
+            carried by a ``Hinted`` problem).
     """
 
     headline = "not right yet"
@@ -50,9 +89,11 @@ class GradingError(AssertionError):
         tried: str | None = None,
         exercise: str | None = None,
         where: str | None = None,
+        hint: str | None = None,
     ):
         super().__init__(problem)
-        self.problem = problem
+        self.problem = str(problem)
+        self.hint = hint or getattr(problem, "hint", None)
         self.tried = tried
         self.exercise = exercise
         self.where = where
@@ -80,6 +121,8 @@ class GradingError(AssertionError):
                 out += _field(label, text)
         if self.where:
             out += _field("your code", self.where)
+        if self.hint:
+            out += _field("stuck?", "grading.hint() prints a more concrete hint")
         return out
 
     def _render_traceback_(self) -> list[str]:

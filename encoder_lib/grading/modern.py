@@ -896,7 +896,10 @@ def _window_cases(thorough: bool) -> Iterator[Case]:
 
 
 check_sliding_window_mask = runner.register_given(
-    4, "def sliding_window_mask(length, window):", _window_cases
+    4,
+    "def sliding_window_mask(length, window):",
+    _window_cases,
+    reference=encoder_lib.sliding_window_mask,
 )
 
 

@@ -200,7 +200,17 @@ def _heads_case(name: str, shape: tuple[int, ...], seed: int, grad: bool) -> Cas
     )
 
 
-def _heads_exercise(number: int, given: str, shapes: list, seed: int):
+def _reference_split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """``split_heads`` as the reference writes it (``SPARE_DEPENDENTS`` puts it in place of the
+    student's)."""
+    return _split(x, num_heads)
+
+
+def _reference_merge_heads(x: torch.Tensor) -> torch.Tensor:
+    return _merge(x)
+
+
+def _heads_exercise(number: int, given: str, shapes: list, seed: int, reference):
     """Register exercise ``number`` (the function ``given``), tried on each of ``shapes`` (see
     ``_heads_case``): the first visible, the sixth backpropagating."""
     name = given.split()[1].split("(")[0]
@@ -209,14 +219,18 @@ def _heads_exercise(number: int, given: str, shapes: list, seed: int):
         for i, shape in enumerate(shapes if thorough else shapes[:1]):
             yield _heads_case(name, shape, seed + i, grad=i == 5)
 
-    return register_given(number, given, cases)
+    return register_given(number, given, cases, reference=reference)
 
 
 # (B, L, D, H) and (B, H, L, d_head): all sizes distinct, so a swapped axis shows
 _SPLIT = [(2, 3, 20, 4), (1, 1, 6, 1), (3, 4, 6, 6), (2, 5, 24, 3), (1, 7, 16, 8), (2, 3, 12, 3)]
 _MERGE = [(2, 4, 3, 5), (1, 1, 1, 6), (3, 6, 4, 1), (2, 3, 5, 8), (1, 8, 7, 2), (2, 3, 4, 2)]
-check_split_heads = _heads_exercise(1, "def split_heads(x, num_heads):", _SPLIT, seed=200)
-check_merge_heads = _heads_exercise(2, "def merge_heads(x):", _MERGE, seed=300)
+check_split_heads = _heads_exercise(
+    1, "def split_heads(x, num_heads):", _SPLIT, seed=200, reference=_reference_split_heads
+)
+check_merge_heads = _heads_exercise(
+    2, "def merge_heads(x):", _MERGE, seed=300, reference=_reference_merge_heads
+)
 
 
 # --- loading the reference's weights into any layout ---------------------------------------------

@@ -26,6 +26,8 @@ check unless the tensors are right.
 from __future__ import annotations
 
 import contextlib
+import dis
+import importlib
 import linecache
 import math
 import os
@@ -90,6 +92,8 @@ class Call:
             loaded and before it is put in train or eval mode.
         scenario: a key of ``SCENARIOS``: how to run it (``"call"``, the default, is the above).
         options: what a topic-specific scenario needs besides the above.
+        substitute: notebook name -> ``"module:qualname"`` of a reference bound to that name
+            while the call runs (an earlier exercise's answer replaced by its reference).
     """
 
     target: str
@@ -107,6 +111,7 @@ class Call:
     prepare: str = ""
     scenario: str = "call"
     options: Mapping[str, Any] = field(default_factory=dict)
+    substitute: Mapping[str, str] = field(default_factory=dict)
     seed: int = 0
     """torch's global generator is seeded with it for the call (module initialisation, any
     randomness of the answer) and restored afterwards: the notebook's own stream is untouched."""
@@ -387,7 +392,10 @@ def _failure(error: BaseException, phase: str, seen: list[str]) -> Failure:
     if seen or isinstance(error, _ForbiddenCallError):
         name = seen[0] if seen else error.name  # type: ignore[attr-defined]
         return Failure("forbidden", name, "", phase, where, function)
-    kind = "stub" if isinstance(error, NotImplementedError) else "error"
+    # the given stub is `raise NotImplementedError()`: one raised with a message is the
+    # student's own exception, reported as any other
+    stub = isinstance(error, NotImplementedError) and not str(error)
+    kind = "stub" if stub else "error"
     return Failure(kind, type(error).__name__, str(error), phase, where, function)
 
 
@@ -464,10 +472,67 @@ def kind_of(obj: Any) -> str:
 
 def _run_call(lookup: Callable[[str], Any], call: Call) -> Observation:
     target = _lookup_target(lookup, call.target)
-    obs = Observation(info={"target": kind_of(target)})
+    obs = Observation(info={"target": kind_of(target), "globals": global_names(target)})
     wanted = callable(target) if call.init is None else isinstance(target, type)
     if not wanted:
         return obs
+    with _substituted(target, call.substitute):
+        return _run_target(target, call, obs)
+
+
+def global_names(obj: Any) -> list[str]:
+    """The global names a function's code (or a class's methods') loads: which other notebook
+    functions an answer calls."""
+    names: set[str] = set()
+    try:
+        stack = [fn.__code__ for fn in _functions_of(obj)]
+        while stack:
+            code = stack.pop()
+            for ins in dis.get_instructions(code):
+                if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME") and isinstance(ins.argval, str):
+                    names.add(ins.argval)
+            stack += [c for c in code.co_consts if hasattr(c, "co_code")]
+    except Exception:  # an object whose code cannot be read: it calls nothing we can name
+        return []
+    return sorted(names)
+
+
+def namespace_of(obj: Any) -> dict[str, Any] | None:
+    """The namespace a notebook function or class was defined in (its methods' globals)."""
+    for fn in _functions_of(obj):
+        found = getattr(fn, "__globals__", None)
+        if isinstance(found, dict):
+            return found
+    module = sys.modules.get(getattr(obj, "__module__", None) or "")
+    return vars(module) if isinstance(obj, type) and module is not None else None
+
+
+@contextlib.contextmanager
+def _substituted(target: Any, substitute: Mapping[str, str]) -> Iterator[None]:
+    """Bind each name of ``substitute`` to the reference it names, in the namespace where
+    ``target`` was defined, for the duration of the call."""
+    namespace = namespace_of(target)
+    if not substitute or not isinstance(namespace, dict):
+        yield
+        return
+    saved = {name: namespace.get(name, _ABSENT) for name in substitute}
+    for name, where in substitute.items():
+        module, _, qualname = where.partition(":")
+        obj: Any = importlib.import_module(module)
+        for part in qualname.split("."):
+            obj = getattr(obj, part)
+        namespace[name] = obj
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is _ABSENT:
+                namespace.pop(name, None)
+            else:
+                namespace[name] = value
+
+
+def _run_target(target: Any, call: Call, obs: Observation) -> Observation:
     counted: list[_Counted] = []
     args = _materialise(call.args, counted)
     kwargs = {k: _materialise(v, counted) for k, v in call.kwargs.items()}

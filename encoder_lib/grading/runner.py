@@ -20,6 +20,17 @@ this order, the first failure raising a ``GradingError`` that names the problem:
    or the first probe that explains the difference, or a generic mismatch message;
 7. gradients: the output still requires grad, every expected gradient arrives and is right.
 
+The visible check (``thorough=False``) judges the visible cases fully and then tries the hidden
+cases' inputs on the generic properties only (steps 1-5, and that gradients arrive): the hidden
+tests hide only which *values* are compared, so an answer that keeps the visible tests' dtype
+but not the inputs' (``.double()``), breaks with more batch axes, changes an input in place or
+cuts the gradient is told so in the notebook, not first at grading.
+
+When an answer fails and its code calls the answer to an earlier exercise of the same notebook
+(``scaled_dot_product_attention`` calling ``attention_scores``), that earlier exercise is checked
+too; if it is wrong, the message says that the mistake lives there (``DEPENDS``). The dependent
+exercise still scores 0 unless ``SPARE_DEPENDENTS`` is set (README, "How grading works").
+
 Dropout is deterministic while the student's code runs (``observe.deterministic_dropout``) and
 the reference runs under the same rule, so a case in training mode is compared like any other:
 where dropout sits shows in the values.
@@ -27,14 +38,25 @@ where dropout sits shows in the values.
 
 from __future__ import annotations
 
+import os
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
 
-from .feedback import ForbiddenCallError, GradingError, NotWrittenYet
-from .observe import Call, Failure, Observation, Opaque, named_tensors, observe, student_mode
+from .feedback import ForbiddenCallError, GradingError, NotWrittenYet, remember
+from .observe import (
+    Call,
+    Failure,
+    Observation,
+    Opaque,
+    named_tensors,
+    namespace_of,
+    observe,
+    student_mode,
+)
 
 __all__ = [
     "Ask",
@@ -89,6 +111,22 @@ NO_GRAD = (
     "the computation differentiable with autograd: no .detach(), .data, .item(), numpy or "
     "torch.no_grad()."
 )
+DEPENDS = (
+    "this comes from your {dep} ({number}), which {target} calls and which is not right yet: "
+    "{problem} Fix it in {dep} (its own test cell says the same), then run this cell again."
+)
+SPARE_DEPENDENTS = False
+"""False (the default): an exercise whose failure comes from an earlier exercise it calls scores
+0 too (its message names the earlier one). True, or the environment variable
+``ENCODER_LAB_SPARE_DEPENDENTS=1`` in the process that grades: it is judged again with the
+earlier exercise's reference (``Exercise.reference``) in place of the student's answer, and
+passes if it is then right."""
+
+
+def _spare_dependents() -> bool:
+    return SPARE_DEPENDENTS or os.environ.get("ENCODER_LAB_SPARE_DEPENDENTS", "") not in ("", "0")
+
+
 GRAD_MISSING = (
     "after backward, {name}.grad is None, so training would never update it: no gradient "
     "reaches {name}. Use {name} itself in the computation (not .data, .detach() or a copy)."
@@ -151,6 +189,9 @@ class Case:
     grad_mistakes: Mapping[str, Mapping[str, torch.Tensor]] = field(default_factory=dict)
     """Input name -> {description: the gradient that mistake gives}."""
     module: ModuleSpec | None = None
+    precheck: Callable[[Observation], str | None] | None = None
+    """Looked at before the generic structure, shape and value steps: for a problem those would
+    name less well (a swapped pair, an additive mask); returns the message or None."""
     inputs: Mapping[str, str] = field(default_factory=dict)
     """How messages call the tensor arguments (``{"args[0]": "x"}``); default: their names."""
     failure_hint: Callable[[Failure], str | None] | None = None
@@ -181,6 +222,14 @@ class Exercise:
     """The cases; ``True`` adds the hidden tests' (the autograder always runs those too)."""
     rewrite: Callable[[GradingError, Case, list[Case]], GradingError] | None = None
     """May rephrase a failure in the light of the cases that passed before it."""
+    reference: Any = None
+    """The reference the student's ``target`` can be replaced by when a later exercise calls it
+    (``SPARE_DEPENDENTS``): a function or class importable in the student's kernel."""
+
+    @property
+    def topic(self) -> str:
+        """The module that describes it (one per notebook)."""
+        return getattr(self.cases, "__module__", "")
 
 
 EXERCISES: dict[str, Exercise] = {}
@@ -201,6 +250,7 @@ def register_given(
     cases: Callable[[bool], Iterable[Case]],
     name: str | None = None,
     rewrite: Callable[[GradingError, Case, list[Case]], GradingError] | None = None,
+    reference: Any = None,
 ) -> Callable[..., None]:
     """Register the exercise whose given code opens with ``given`` and return its check.
 
@@ -216,14 +266,19 @@ def register_given(
     if kind == "class":
         keep += " and its __init__, and write forward."
     title = f"Exercise {number} · {target}"
-    return register(Exercise(name, title, target, f"test_{name}", kind, keep, cases, rewrite))
+    return register(
+        Exercise(name, title, target, f"test_{name}", kind, keep, cases, rewrite, reference)
+    )
 
 
 def make_check(exercise: Exercise) -> Callable[..., None]:
     """``check_<name>(obj, thorough=False)``: run ``exercise`` on ``obj`` in this process."""
 
     def check(obj: Any, thorough: bool = False) -> None:
-        run(exercise, local({exercise.target: obj}), thorough)
+        try:
+            run(exercise, local({exercise.target: obj}, _namespace_of(obj)), thorough)
+        except GradingError as error:
+            raise remember(error) from None
 
     check.__name__ = check.__qualname__ = f"check_{exercise.name}"
     check.__doc__ = (
@@ -233,37 +288,150 @@ def make_check(exercise: Exercise) -> Callable[..., None]:
     return check
 
 
-def local(objects: Mapping[str, Any]) -> Ask:
+def local(objects: Mapping[str, Any], namespace: Mapping[str, Any] | None = None) -> Ask:
     """An ``Ask`` that runs the student's objects in this process (the notebook's visible
-    tests)."""
+    tests); other names (an earlier exercise's answer) are looked up in ``namespace``."""
+
+    def lookup(name: str) -> Any:
+        if name in objects:
+            return objects[name]
+        if namespace is not None and name in namespace:
+            return namespace[name]
+        raise KeyError(name)
 
     def ask(call: Call) -> Observation:
-        return observe(lambda name: objects[name], call)
+        return observe(lookup, call)
 
     return ask
+
+
+def _namespace_of(obj: Any) -> Mapping[str, Any] | None:
+    """The notebook's namespace, where the student's function or class was defined."""
+    return namespace_of(obj)
 
 
 # --- running -------------------------------------------------------------------------------------
 
 
 def run(exercise: Exercise, ask: Ask, thorough: bool = False) -> None:
-    """Try every case of ``exercise``; raise the first ``GradingError``, located."""
-    passed: list[Case] = []
-    cases = list(exercise.cases(thorough))
+    """Try every case of ``exercise``; raise the first ``GradingError``, located.
+
+    ``thorough=False`` judges the visible cases fully and the hidden cases on their generic
+    properties only (``trials``)."""
+    trials = trials_of(exercise, thorough)
     prefetch = getattr(ask, "prefetch", None)
     if prefetch is not None:  # a remote Ask answers all the cases' calls in one round trip
-        prefetch([case.call for case in cases])
-    for case in cases:
+        prefetch([case.call for case, _ in trials])
+    try:
+        _run_trials(exercise, ask, trials)
+    except GradingError as error:
+        try:
+            traced = _trace(exercise, ask, thorough, error)
+        except _Spared:
+            return
+        raise traced from None
+
+
+def trials_of(exercise: Exercise, thorough: bool) -> list[tuple[Case, bool]]:
+    """``(case, full)`` for each case tried: every case in full when ``thorough``; else the
+    visible ones in full, then the hidden ones (the cases of ``exercise.cases(True)`` that are not
+    visible ones, told apart by ``what``) on the generic properties only. A hidden case whose own
+    ``judge`` decides everything is left to the thorough check."""
+    if thorough:
+        return [(case, True) for case in exercise.cases(True)]
+    visible = list(exercise.cases(False))
+    unmatched = Counter(case.what for case in visible)
+    hidden = []
+    for case in exercise.cases(True):
+        if unmatched[case.what] > 0:
+            unmatched[case.what] -= 1
+        else:
+            hidden.append(case)
+    return [(case, True) for case in visible] + [
+        (case, False) for case in hidden if case.judge is None
+    ]
+
+
+def _run_trials(exercise: Exercise, ask: Ask, trials: list[tuple[Case, bool]]) -> None:
+    passed: list[Case] = []
+    for case, full in trials:
+        obs = None
         try:
             obs = ask(case.call)
             _check_kind(exercise, obs)
-            judge(case, obs, ask)
+            judge(case, obs, ask, full)
         except GradingError as error:
             error = error.located(exercise.title, case.what)
             if exercise.rewrite is not None:
                 error = exercise.rewrite(error, case, passed).located(exercise.title, case.what)
+            error.observation = obs  # type: ignore[attr-defined]
             raise error from None
         passed.append(case)
+
+
+def dependencies(exercise: Exercise, obs: Observation | None) -> list[Exercise]:
+    """The earlier exercises of the same notebook whose answers ``exercise``'s code calls (by
+    their names, as the observation reports them: ``info["globals"]``)."""
+    names = set((obs.info.get("globals") or ()) if obs is not None else ())
+    earlier: list[Exercise] = []
+    for other in EXERCISES.values():
+        if other is exercise:
+            break
+        if other.topic == exercise.topic and other.target in names:
+            earlier.append(other)
+    return earlier
+
+
+def _trace(exercise: Exercise, ask: Ask, thorough: bool, error: GradingError) -> GradingError:
+    """``error``, or the message naming the earlier exercise where the mistake lives."""
+    if isinstance(error, NotWrittenYet | ForbiddenCallError):
+        return error
+    for dep in dependencies(exercise, getattr(error, "observation", None)):
+        try:
+            run(dep, ask, thorough)
+        except NotWrittenYet:
+            continue  # the stub already says which function is unfinished
+        except GradingError as cause:
+            seen = getattr(cause, "observation", None)
+            if seen is not None and seen.failure is not None and seen.failure.kind != "error":
+                continue  # not defined here, or no answer: nothing to blame it for
+            if _spare_dependents() and dep.reference is not None:
+                return _spared(exercise, ask, thorough, dep, cause)
+            number = dep.title.split(" · ")[0].lower().replace("(", "").replace(")", "")
+            problem = cause.problem.rstrip()
+            problem += "" if problem.endswith(".") else "."
+            return GradingError(
+                DEPENDS.format(
+                    dep=dep.target, number=number, target=exercise.target, problem=problem
+                ),
+                tried=error.tried,
+                exercise=error.exercise,
+                where=cause.where,
+                hint=cause.hint,
+            )
+    return error
+
+
+def _spared(
+    exercise: Exercise, ask: Ask, thorough: bool, dep: Exercise, cause: GradingError
+) -> GradingError:
+    """``SPARE_DEPENDENTS``: judge ``exercise`` again with ``dep``'s reference in place of the
+    student's answer; passing means the mistake is only ``dep``'s (and is charged there)."""
+    substitute = f"{dep.reference.__module__}:{dep.reference.__qualname__}"
+
+    def with_reference(call: Call) -> Observation:
+        return ask(replace(call, substitute={**call.substitute, dep.target: substitute}))
+
+    try:
+        _run_trials(exercise, with_reference, trials_of(exercise, thorough))
+    except GradingError as error:
+        error.observation = None  # type: ignore[attr-defined]
+        return error
+    raise _Spared(f"{exercise.title} passes once {dep.target} is right: {cause.problem}")
+
+
+class _Spared(Exception):  # noqa: N818 (control flow: the check passes)
+    """The dependent exercise is right; only the earlier one it calls is wrong."""
 
 
 def _check_kind(exercise: Exercise, obs: Observation) -> None:
@@ -284,14 +452,24 @@ class Trial:
     ask: Ask
     slots: list[tuple[str, Any, Any, str]] = field(default_factory=list)
     """``(name, got, expected, path)`` per output slot."""
+    full: bool = True
+    """False: a hidden case in the visible check, judged on the generic properties only (no
+    values, no ``requires``, gradients only for arriving)."""
 
 
-def judge(case: Case, obs: Observation, ask: Ask) -> None:
-    """Run the generic steps (``STEPS``) in order; the first that objects raises."""
-    trial = Trial(case, obs, ask)
+PROPERTY_STEPS = ("module", "failure", "structure", "plain tensor", "shape", "in place", "dtype")
+"""The steps a hidden case goes through in the visible check (and, of ``"gradients"``, only
+whether they arrive)."""
+
+
+def judge(case: Case, obs: Observation, ask: Ask, full: bool = True) -> None:
+    """Run the generic steps (``STEPS``) in order; the first that objects raises. ``full=False``:
+    the generic properties only (``PROPERTY_STEPS``)."""
+    trial = Trial(case, obs, ask, full=full)
     try:
-        for step in STEPS.values():
-            step(trial)
+        for name, step in STEPS.items():
+            if full or name in PROPERTY_STEPS or name == "gradients":
+                step(trial)
     except _Done:
         return
 
@@ -309,6 +487,10 @@ def _step_failure(t: Trial) -> None:
 
 def _step_structure(t: Trial) -> None:
     """The value's structure; a case with its own ``judge`` takes over from here."""
+    if t.case.precheck is not None:
+        problem = t.case.precheck(t.obs)
+        if problem:
+            raise GradingError(problem)
     if t.case.judge is not None:
         t.case.judge(t.obs, t.ask)
         raise _Done
@@ -363,7 +545,7 @@ def _step_requires(t: Trial) -> None:
 
 def _step_grads(t: Trial) -> None:
     if t.case.call.upstream is not None and t.case.grads is not None:
-        _check_grads(t.case, t.slots, t.obs)
+        _check_grads(t.case, t.slots, t.obs, t.full)
 
 
 class _Done(Exception):  # noqa: N818 (control flow, never shown)
@@ -418,7 +600,7 @@ def failure_error(case: Case, failure: Failure) -> GradingError:
     text = f"{who} raised {failure.error}: {failure.message}".rstrip()
     if hint:
         text = f"{text}{'' if text.endswith('.') else '.'} {hint}"
-    return GradingError(text, where=failure.where)
+    return GradingError(text, where=failure.where, hint=getattr(hint, "hint", None))
 
 
 def _check_module(case: Case, facts: Mapping[str, Any] | None) -> None:
@@ -601,7 +783,7 @@ def mismatch(name: str, got: Any, want: Any, atol: float = 1e-6, rtol: float = 1
     return f"{name} does not match the reference."
 
 
-def _check_grads(case: Case, slots, obs: Observation) -> None:
+def _check_grads(case: Case, slots, obs: Observation, full: bool = True) -> None:
     facts = obs.info.get("tensors", {})
     tracked = [path for _, _, e, path in slots if isinstance(e, torch.Tensor)]
     if not any(facts.get(path, {}).get("requires_grad") for path in tracked):
@@ -612,6 +794,8 @@ def _check_grads(case: Case, slots, obs: Observation) -> None:
         got = obs.grads.get(name)
         if got is None:
             raise GradingError(GRAD_MISSING.format(name=label))
+        if not full:
+            continue
         atol, rtol = tolerance(case, want)
         if close(got, want, atol, rtol):
             continue

@@ -86,6 +86,9 @@ def test_buggy_answer_loses_exactly_its_cells_and_is_named(assignment, variant: 
     assert failing == set(variant.fails), {t: str(e) for t, e in errors.items() if e}
     message = str(errors[own_test_cell(notebook, variant.cell)])
     assert variant.says.lower() in message.lower(), message
+    for test_cell, words in variant.also_says:
+        other = str(errors[test_cell])
+        assert words.lower() in other.lower(), other
 
 
 @pytest.mark.parametrize(("assignment", "variant"), _params("correct"))

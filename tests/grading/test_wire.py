@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import pickle
 
 import pytest
 import safetensors.torch
 import torch
 
-from encoder_lib.grading import wire
+from encoder_lib.grading import GradingError, runner, wire
 from encoder_lib.grading.observe import Call, Failure, Observation, Opaque, Part, observe
 
 
@@ -157,3 +158,35 @@ def test_tensors_come_back_as_plain_tensors_whatever_was_sent():
     assert type(back.value) is torch.Tensor
     obs = Observation(value=torch.zeros(2).as_subclass(Sneaky))
     assert type(wire.decode_observation(wire.encode_observation(obs)).value) is torch.Tensor
+
+
+def test_the_cascade_message_and_the_spared_rejudge_work_through_the_wire(monkeypatch):
+    """At autograde the calls travel to the kernel: the names an answer calls (which earlier
+    exercise to blame) and a substituted reference (``SPARE_DEPENDENTS``) go through too."""
+    namespace = {"torch": torch, "math": math, "__name__": "__main__"}
+    exec(
+        "def attention_scores(query, key):\n"
+        "    return query @ key.transpose(-2, -1) / query.shape[-1]\n\n"
+        "def masked_softmax(scores, mask=None):\n"
+        "    if mask is not None:\n"
+        "        scores = scores.masked_fill(~mask, float('-inf'))\n"
+        "    return torch.softmax(scores, dim=-1).nan_to_num(0.0)\n\n"
+        "def scaled_dot_product_attention(query, key, value, mask=None):\n"
+        "    weights = masked_softmax(attention_scores(query, key), mask)\n"
+        "    return weights @ value, weights\n",
+        namespace,
+    )
+
+    def remote(call: Call) -> Observation:  # the grader's side, then the kernel's, and back
+        (received,) = wire.decode_calls(wire.encode_calls([call]))
+        obs = observe(namespace.__getitem__, received)
+        (back,) = wire.decode_observations(wire.encode_observations([obs]))
+        return back
+
+    exercise = runner.EXERCISES["test_scaled_dot_product_attention"]
+    with pytest.raises(GradingError, match=r"^.*this comes from your attention_scores"):
+        runner.run(exercise, remote, thorough=True)
+    monkeypatch.setattr(runner, "SPARE_DEPENDENTS", True)
+    runner.run(exercise, remote, thorough=True)  # right once attention_scores is the reference
+    with pytest.raises(GradingError, match="divided by d_k"):
+        runner.run(runner.EXERCISES["test_attention_scores"], remote, thorough=True)

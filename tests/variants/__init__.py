@@ -37,6 +37,9 @@ class Variant:
     """grade_ids of the test cells that must score 0; every other test cell keeps full marks."""
     says: str = ""
     """Words the failure message must contain (case-insensitive), naming the mistake."""
+    also_says: tuple[tuple[str, str], ...] = ()
+    """``(test cell, words)``: what another failing test cell's message must contain, e.g. that
+    the mistake lives in this answer (an exercise that calls it)."""
 
 
 def load(assignment: str) -> tuple[list[Variant], list[Variant]]:

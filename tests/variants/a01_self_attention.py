@@ -48,6 +48,27 @@ BUGGY = [
         _scores("    d_k = query.shape[-1]\n    return query @ key.transpose(-2, -1) / d_k\n"),
         (SCORES, ATTENTION),
         "instead of sqrt(d_k)",
+        # the attention test cell says where the mistake lives
+        also_says=((ATTENTION, "this comes from your attention_scores (exercise 1)"),),
+    ),
+    Variant(
+        "scores_made_double",
+        "attention_scores",
+        _scores(
+            "    d_k = query.shape[-1]\n"
+            "    return (query @ key.transpose(-2, -1) / math.sqrt(d_k)).double()\n"
+        ),
+        (SCORES, ATTENTION),
+        "has dtype torch.float64, but the inputs were torch.float32",
+        also_says=((ATTENTION, "this comes from your attention_scores (exercise 1)"),),
+    ),
+    Variant(
+        "key_not_transposed",
+        "attention_scores",
+        _scores("    return query @ key / math.sqrt(query.shape[-1])\n"),
+        (SCORES, ATTENTION),
+        "Is key transposed?",
+        also_says=((ATTENTION, "this comes from your attention_scores (exercise 1)"),),
     ),
     Variant(
         "scores_scale_multiplied",

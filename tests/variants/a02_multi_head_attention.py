@@ -96,6 +96,7 @@ BUGGY: list[Variant] = [
         _split("    B, L, D = x.shape\n    return x.view(B, L, num_heads, D // num_heads)\n"),
         fails=(SPLIT, MHA),
         says="transpose(1, 2)",
+        also_says=(("test_multi_head_attention", "this comes from your split_heads (exercise 1)"),),
     ),
     Variant(
         "split_interleaved",

@@ -211,6 +211,7 @@ _MASK_BUGGY = [
         _mask("    return (token_ids == pad_id)[:, None, None, :]\n"),
         (T_MASK, T_ENCODER),
         "wrong polarity",
+        also_says=(("test_encoder", "this comes from your make_padding_mask (exercise b)"),),
     ),
     Variant(
         "mask_shape_b_l",

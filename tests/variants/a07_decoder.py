@@ -281,7 +281,7 @@ _CAUSAL_BUGGY = [
     return attention(x, x, x, mask)
 """),
         (T_CAUSAL,),
-        "keep[:, None, None, :]",
+        "needs singleton axes for the heads and the queries, (B, 1, 1, L)",
     ),
     Variant(
         "causal_float_mask",
@@ -476,7 +476,7 @@ _CROSS_BUGGY = [
         _cross("""    return attention(x, memory, memory, memory_keep)
 """),
         (T_CROSS,),
-        "memory_keep[:, None, None, :]",
+        "two singleton axes for the heads and the target positions, (B, 1, 1, L_src)",
     ),
     Variant(
         "cross_causal_mask_added",

@@ -702,6 +702,9 @@ _WINDOW_BUGGY = [
         _band("offset.abs() < window // 2"),
         (T_WINDOW, T_LAYER),
         "one key too narrow",
+        also_says=(
+            ("test_modern_encoder_layer", "this comes from your sliding_window_mask (exercise 4)"),
+        ),
     ),
     Variant(
         "window_as_half_width",
