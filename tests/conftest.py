@@ -9,12 +9,6 @@ import torch
 SLOW_SUITES = ("pipeline", "ui", "dask")
 """Folders of tests/ whose tests are marked ``slow`` (real nbgrader, a real browser, Dask)."""
 
-ONE_WORKER = {"pipeline": "pipeline", "ui": "ui", "dask": "dask", "test_colab.py": "colab"}
-"""Suites that build one expensive session fixture (a graded class, a JupyterLab server, a Dask
-cluster, a simulated Colab): under ``pytest -n 2 --dist loadgroup`` (``make test``) each runs
-whole on one worker, so that the fixture is built once; every other test goes to whichever
-worker is free."""
-
 
 def pytest_collection_modifyitems(items):
     tests = Path(__file__).parent
@@ -22,8 +16,6 @@ def pytest_collection_modifyitems(items):
         parts = Path(item.path).relative_to(tests).parts if tests in Path(item.path).parents else ()
         if parts and parts[0] in SLOW_SUITES:
             item.add_marker(pytest.mark.slow)
-        if parts and parts[0] in ONE_WORKER:
-            item.add_marker(pytest.mark.xdist_group(ONE_WORKER[parts[0]]))
 
 
 @pytest.fixture(autouse=True)

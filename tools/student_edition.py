@@ -29,15 +29,7 @@ PLACEHOLDER_REPO = "OWNER/transformer-encoder-lab"
 PLACEHOLDER_BRANCH = "main"
 TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 
-TEST_ONLY = {
-    "pytest",
-    "pytest-xdist",
-    "hypothesis",
-    "ruff",
-    "nbval",
-    "playwright",
-    "jupyter-repo2docker",
-}
+TEST_ONLY = {"pytest", "hypothesis", "ruff", "nbval", "playwright", "jupyter-repo2docker"}
 """Top-level requirements only the repository's own tests use."""
 INSTRUCTOR_ONLY = {"dask", "distributed", "latex2mathml"}
 """Top-level requirements only grading and feedback use (encoder_lib.autograde)."""
