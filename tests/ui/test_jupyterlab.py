@@ -19,7 +19,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from tools.build_course import assignments
+from tools.build_course import SOLUTIONS, assignments
 from tools.student_edition import released
 
 # --- driving JupyterLab --------------------------------------------------------------------------
@@ -470,3 +470,67 @@ def test_make_instructor_has_nbgrader_tools(instructor_lab, browser):
     )
     page.close()
     assert "course directory root is not a subdirectory" not in instructor_lab.log.read_text()
+
+
+def _answers(solution: Path) -> dict[str, str]:
+    """The solution's answer cells by grade id, the nbgrader markers left out."""
+    answers = {}
+    for cell in nbformat.read(solution, as_version=4).cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if meta.get("solution") and cell.cell_type == "code":
+            lines = [line for line in cell.source.splitlines() if "### " not in line]
+            answers[meta["grade_id"]] = "\n".join(lines)
+    return answers
+
+
+def test_a_mistake_in_an_earlier_exercise_is_named_where_it_lives(student_lab, browser, artifacts):
+    """Notebook 01 answered right except attention_scores, which divides by d_k: exercise 4's
+    test cell (its attention calls attention_scores) says that the mistake lives in exercise 1,
+    in a short block without a traceback."""
+    name = "01_self_attention"
+    answers = _answers(SOLUTIONS / name / f"{name}.ipynb")
+    wrong = answers["attention_scores"].replace("/ math.sqrt(d_k)", "/ d_k")
+    assert wrong != answers["attention_scores"]
+    answers["attention_scores"] = wrong
+    nb = nbformat.read(student_lab.root / name / f"{name}.ipynb", as_version=4)
+    for cell in nb.cells:
+        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if grade_id in answers:
+            cell.source = answers[grade_id]
+    relpath = f"{name}/{name}_one_mistake.ipynb"
+    nbformat.write(nb, student_lab.root / relpath)
+    ran = open_and_run_all(browser, student_lab, relpath, artifacts, "student-one-mistake")
+    index = next(
+        i
+        for i, c in enumerate(ran.notebook.cells)
+        if c.metadata.get("nbgrader", {}).get("grade_id") == "test_scaled_dot_product_attention"
+    )
+    # Run All stops at the first failing test cell (exercise 1's): run the rest up to exercise
+    # 4's test cell one at a time, as a student does.
+    first_failure = next(
+        i
+        for i, outputs in enumerate(ran.outputs)
+        if outputs and any(o["output_type"] == "error" for o in outputs)
+    )
+    assert first_failure < index
+    for i in range(first_failure + 1, index + 1):
+        if ran.notebook.cells[i].cell_type != "code":
+            continue
+        ran.page.evaluate(f"i => {{ {_NOTEBOOK}.content.activeCellIndex = i; }}", i)
+        ran.page.evaluate("window.jupyterapp.commands.execute('notebook:run-cell')")
+        ran.page.wait_for_function(
+            f"i => {_NOTEBOOK}.content.model.cells.get(i).executionCount !== null",
+            arg=i,
+            timeout=90_000,
+        )
+        ran.page.wait_for_function(_ALL_DONE, timeout=90_000)
+    (output,) = ran.page.evaluate(
+        f"i => {_NOTEBOOK}.content.model.cells.get(i).outputs.toJSON()", index
+    )
+    _cell_js(ran, index, "node.scrollIntoView({block: 'center'})")
+    ran.shot("exercise-4", ran.page.locator(".jp-Cell").nth(index))
+    ran.page.close()
+    text = re.sub(r"\s+", " ", re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(output["traceback"])))
+    assert text.startswith("Exercise 4 · scaled_dot_product_attention: not right yet"), text
+    assert "this comes from your attention_scores (exercise 1)" in text
+    assert "sqrt(d_k)" in text and "Traceback" not in text
