@@ -47,10 +47,12 @@ lab: setup
 		$(BIN)/jupyter lab $(ALLOW_ROOT) --ServerApp.root_dir=notebooks \
 		'--LabApp.default_url=$(LAB_HOME)' --ServerApp.custom_display_url=/ $(LAB_ARGS)
 
-# Instructors: the whole repository (the nbgrader course directory) with the formgrader.
+# Instructors: the whole repository (the nbgrader course directory) with the formgrader;
+# tools/instructor_jupyter/ only switches JupyterLab's news toast off.
 instructor: setup
 	@echo "JupyterLab serves the course directory; the Nbgrader menu has the formgrader."
-	$(BIN)/jupyter lab $(ALLOW_ROOT) --ServerApp.root_dir=. $(LAB_ARGS)
+	JUPYTER_CONFIG_PATH="$(CURDIR)/tools/instructor_jupyter$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH}" \
+		$(BIN)/jupyter lab $(ALLOW_ROOT) --ServerApp.root_dir=. $(LAB_ARGS)
 
 # What a class publishes for its students (README, "Publish the student edition").
 # REPO=you/your-course BRANCH=main put the real repository into its links.

@@ -163,6 +163,7 @@ def instructor_lab(tmp_path_factory):
     """`make instructor` in a scratch copy of the course directory's configuration."""
     root = tmp_path_factory.mktemp("instructor-lab")
     _copy(root, "Makefile", "requirements.txt", "pyproject.toml", "binder", "nbgrader_config.py")
+    _copy(root, "tools/instructor_jupyter")
     yield from _make_server("instructor", root, root)
 
 

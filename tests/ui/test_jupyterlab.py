@@ -468,6 +468,12 @@ def test_make_instructor_has_nbgrader_tools(instructor_lab, browser):
         ".some(m => m.textContent === 'Nbgrader')",
         timeout=60_000,
     )
+    disabled = page.evaluate(
+        "() => JSON.parse(document.getElementById('jupyter-config-data').textContent)"
+        ".disabledExtensions"
+    )
+    assert "@jupyterlab/apputils-extension:announcements" in disabled  # no news toast
+    assert "@jupyter/nbgrader" not in disabled
     page.close()
     assert "course directory root is not a subdirectory" not in instructor_lab.log.read_text()
 
