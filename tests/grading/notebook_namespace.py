@@ -110,6 +110,22 @@ class SolutionNotebook:
     def source(self, grade_id: str) -> str:
         return self.cells[grade_id]["source"]
 
+    def assert_cells_and_points(self, points: Mapping[str, int]) -> None:
+        """One answer cell per check, in order, with the solution markers; each test cell
+        locked, worth ``points[test cell]``, calling its check visibly and thoroughly on the
+        answer's name, and registered as the exercise of that name."""
+        from encoder_lib.grading import runner
+
+        assert list(self.answers) == [answer for answer, _, _ in self.checks.values()]
+        for test_cell, (answer, name, check) in self.checks.items():
+            assert "### BEGIN SOLUTION" in self.source(answer)
+            meta = self.cells[test_cell]["metadata"]["nbgrader"]
+            assert meta["grade"] and meta["locked"] and meta["points"] == points[test_cell]
+            source = self.source(test_cell)
+            assert f"grading.{check.__name__}({name})" in source
+            assert f"grading.{check.__name__}({name}, thorough=True)" in source
+            assert runner.EXERCISES[test_cell].target == name
+
     def namespace(self, replace: Mapping[str, str] | None = None) -> dict[str, Any]:
         """The notebook's globals once its answer cells have run, those in ``replace`` (answer
         grade_id -> source) replaced."""

@@ -44,15 +44,7 @@ NOTEBOOK = SolutionNotebook("09_modern_encoder", CHECKS)
 
 
 def test_notebook_has_the_cells_and_points_the_checks_expect():
-    assert list(NOTEBOOK.answers) == [answer for answer, _, _ in CHECKS.values()]
-    for test_cell, (answer, name, check) in CHECKS.items():
-        assert "### BEGIN SOLUTION" in NOTEBOOK.source(answer)
-        meta = NOTEBOOK.cells[test_cell]["metadata"]["nbgrader"]
-        assert meta["grade"] and meta["locked"] and meta["points"] == POINTS[test_cell]
-        source = NOTEBOOK.source(test_cell)
-        assert f"grading.{check.__name__}({name})" in source
-        assert f"grading.{check.__name__}({name}, thorough=True)" in source
-        assert runner.EXERCISES[test_cell].target == name
+    NOTEBOOK.assert_cells_and_points(POINTS)
     assert sum(POINTS.values()) == 11
 
 
