@@ -15,6 +15,10 @@ student's kernel as usual (setup cell, answer cells, the student's own cells) wi
   define nothing an answer needs (``tests/notebooks`` checks this), and grading need not pay for
   them.
 
+Every graded test cell also keeps its verdict in its metadata: passed or not, the mistake's id,
+the exercise and, for a mistake that lives in an earlier exercise, that one (``records``). The
+instructor's report (``encoder_lib.autograde.report``) counts mistakes from these records.
+
 ``DisableCodeAboveSetup`` (a sanitize step) blanks student code cells placed above the locked
 setup cell, so that the notebook starts the way the course set it up.
 
@@ -31,8 +35,9 @@ import nbformat
 import torch
 from nbclient.exceptions import DeadKernelError
 from nbgrader.preprocessors import Execute, NbGraderPreprocessor
-from nbgrader.utils import is_grade, is_solution
+from nbgrader.utils import determine_grade, is_grade, is_solution
 
+from encoder_lib.autograde import records
 from encoder_lib.grading import runner, wire
 from encoder_lib.grading.feedback import GradingError, NotWrittenYet
 from encoder_lib.grading.observe import Call, Failure, Observation
@@ -69,32 +74,65 @@ class JudgeExecute(Execute):
         if DEMO_TAG in cell.metadata.get("tags", []):
             cell.outputs = []
             return cell, resources
+        if not is_grade(cell) or is_solution(cell):
+            return super().preprocess_cell(cell, resources, index)
         exercise = runner.EXERCISES.get(_grade_id(cell) or "")
-        if exercise is not None and is_grade(cell) and not is_solution(cell):
-            cell.outputs = self._judge(exercise, index)
+        if exercise is None:  # a test cell of its own: the kernel runs it, nbgrader scores it
+            cell, resources = super().preprocess_cell(cell, resources, index)
+            records.store(cell, _kernel_verdict(cell, self.log))
             return cell, resources
-        return super().preprocess_cell(cell, resources, index)
+        cell.outputs, verdict = self._judge(exercise, index)
+        records.store(cell, verdict)
+        return cell, resources
 
-    def _judge(self, exercise: runner.Exercise, index: int) -> list:
+    def _judge(self, exercise: runner.Exercise, index: int) -> tuple[list, records.Verdict]:
         ask = _KernelAsk(self, index)
         with _one_thread():
             try:
                 runner.run(exercise, ask, thorough=True)
             except GradingError as error:
                 error = for_report(error)
-                return [
-                    nbformat.v4.new_output(
-                        "error",
-                        ename=type(error).__name__,
-                        evalue=error.problem,
-                        traceback=error.lines(colour=True),
-                    )
-                ]
-        return [
-            nbformat.v4.new_output(
-                "stream", name="stdout", text=PASSED.format(title=exercise.title)
-            )
-        ]
+                output = nbformat.v4.new_output(
+                    "error",
+                    ename=type(error).__name__,
+                    evalue=error.problem,
+                    traceback=error.lines(colour=True),
+                )
+                return [output], _verdict(exercise, error)
+        output = nbformat.v4.new_output(
+            "stream", name="stdout", text=PASSED.format(title=exercise.title)
+        )
+        return [output], _verdict(exercise)
+
+
+def _verdict(exercise: runner.Exercise, error: GradingError | None = None) -> records.Verdict:
+    """The record of ``exercise``'s test cell: passed, or ``error``'s mistake and root."""
+    if error is None:
+        return records.Verdict(exercise.name, exercise.title, passed=True)
+    return records.Verdict(
+        exercise.name,
+        exercise.title,
+        passed=False,
+        mistake=error.mistake,
+        root=error.root,
+        root_title=error.root_title,
+        message=error.problem,
+    )
+
+
+def _kernel_verdict(cell, log) -> records.Verdict:
+    """The record of a test cell the kernel ran: passed when nbgrader gives it full points; its
+    error (or its lost points) as the message otherwise, with no mistake id."""
+    name = _grade_id(cell) or "?"
+    score, points = determine_grade(cell, log)
+    if score is not None and points is not None and score >= points:
+        return records.Verdict(name, name, passed=True)
+    errors = [out for out in cell.outputs if out.get("output_type") == "error"]
+    if errors:
+        message = f"{errors[-1].get('ename', '')}: {errors[-1].get('evalue', '')}"
+    else:
+        message = f"scored {score:g} of {points:g}" if score is not None else "not scored"
+    return records.Verdict(name, name, passed=False, message=message)
 
 
 def _wording(template: str) -> re.Pattern[str]:
@@ -152,7 +190,11 @@ class _KernelAsk:
         try:
             self.client.execute_cell(probe, self.index, store_history=False)
         except DeadKernelError:
-            return [_no_answer("the kernel died (out of memory, or the code ended the process)")]
+            return [
+                _no_answer(
+                    "the kernel died (out of memory, or the code ended the process)", "kernel-died"
+                )
+            ]
         finally:
             cells[self.index] = original
         answers = [
@@ -168,7 +210,8 @@ class _KernelAsk:
                 return [
                     _no_answer(
                         f"it ran past the time limit of {self.client.timeout} s (does it loop "
-                        "forever?)"
+                        "forever?)",
+                        "time-limit",
                     )
                 ]
             return [_no_answer(f"it stopped with {errors[-1] if errors else 'no reply'}")]
@@ -182,8 +225,9 @@ def _unanswered(obs: Observation) -> bool:
     return obs.failure is not None and obs.failure.kind == "no answer"
 
 
-def _no_answer(reason: str) -> Observation:
-    return Observation(failure=Failure("no answer", "", reason))
+def _no_answer(reason: str, mistake: str = "no-answer") -> Observation:
+    """The kernel did not answer; ``mistake``: why, as a step id (``runner.STEP_MISTAKES``)."""
+    return Observation(failure=Failure("no answer", mistake, reason))
 
 
 @contextlib.contextmanager

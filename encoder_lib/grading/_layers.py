@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .feedback import Mistake
 from .observe import Call, Observation
 from .runner import Ask, Case, close, randn, reference_mode
 
@@ -123,9 +124,10 @@ Rewrite = Callable[..., Callable[[], torch.Tensor]]
 """``f(**changes)``: computes the output of the layer written as its right ``Shape`` with those
 fields changed."""
 
-NO_ACTIVATION = (
+NO_ACTIVATION = Mistake(
+    "no-activation",
     "the FFN has no activation between linear1 and linear2 (two linear maps in a row are one "
-    "linear map): apply self.activation (ReLU) to linear1's output."
+    "linear map): apply self.activation (ReLU) to linear1's output.",
 )
 
 
@@ -133,30 +135,41 @@ def norm_mistakes(f: Rewrite, norm_first: bool, norms: str) -> dict[str, Callabl
     """The norm in the wrong place; ``norms`` names the layer's norms in a message."""
     if norm_first:
         return {
-            "with norm_first=True (pre-norm) it normalises after adding the residual (post-norm): "
-            f"with norm_first=True apply {norms} to the input of each sub-layer, "
-            "x = x + sublayer(norm(x)), and leave the residual sum un-normalised. Is norm_first "
-            "ignored?": f(norm_first=False),
-            "with norm_first=True (pre-norm) the residual adds the normalised x: the skip "
-            "connection must carry the un-normalised input, x = x + sublayer(norm(x)).": f(
-                form="normalised_skip"
-            ),
+            Mistake(
+                "post-norm-instead-of-pre-norm",
+                "with norm_first=True (pre-norm) it normalises after adding the residual "
+                f"(post-norm): with norm_first=True apply {norms} to the input of each sub-layer, "
+                "x = x + sublayer(norm(x)), and leave the residual sum un-normalised. Is "
+                "norm_first ignored?",
+            ): f(norm_first=False),
+            Mistake(
+                "normalised-skip",
+                "with norm_first=True (pre-norm) the residual adds the normalised x: the skip "
+                "connection must carry the un-normalised input, x = x + sublayer(norm(x)).",
+            ): f(form="normalised_skip"),
         }
     return {
-        "with norm_first=False (post-norm) it normalises the input of each sub-layer (pre-norm): "
-        "the norm is in the wrong place. Post-norm adds the residual first and then normalises, "
-        "x = norm(x + sublayer(x)). Is norm_first ignored?": f(norm_first=True),
-        "with norm_first=False (post-norm) the norm is inside the residual branch, "
-        "x + norm(sublayer(x)); post-norm normalises the sum: x = norm(x + sublayer(x)).": f(
-            form="norm_in_branch"
-        ),
+        Mistake(
+            "pre-norm-instead-of-post-norm",
+            "with norm_first=False (post-norm) it normalises the input of each sub-layer "
+            "(pre-norm): the norm is in the wrong place. Post-norm adds the residual first and "
+            "then normalises, x = norm(x + sublayer(x)). Is norm_first ignored?",
+        ): f(norm_first=True),
+        Mistake(
+            "norm-in-residual-branch",
+            "with norm_first=False (post-norm) the norm is inside the residual branch, "
+            "x + norm(sublayer(x)); post-norm normalises the sum: x = norm(x + sublayer(x)).",
+        ): f(form="norm_in_branch"),
     }
 
 
 _WRONG_PLACE = {
-    "in": "to the sub-layer's input instead of its output",
-    "sum": "to the residual sum instead of the sub-layer's output alone",
-    "after": "after the norm instead of to the sub-layer's output",
+    "in": ("dropout-on-sublayer-input", "to the sub-layer's input instead of its output"),
+    "sum": (
+        "dropout-on-residual-sum",
+        "to the residual sum instead of the sub-layer's output alone",
+    ),
+    "after": ("dropout-after-norm", "after the norm instead of to the sub-layer's output"),
 }
 
 
@@ -185,22 +198,30 @@ def dropout_mistakes(f: Rewrite, p: float, train: bool, norm_first: bool, names:
                 m[names.still_active.format(site=site, q=q)] = f(drops=drops)
         return m
     m[
-        f"it applies no dropout in training mode (dropout is missing in training): {names.where}."
+        Mistake(
+            "dropout-missing",
+            "it applies no dropout in training mode (dropout is missing in training): "
+            f"{names.where}.",
+        )
     ] = f(drops=(same,) * n)
     for i, site in enumerate(names.sites):
         drops = tuple(same if j == i else dropout(p) for j in range(n))
-        m[f"in training mode there is no dropout on {site}: {names.where}."] = f(drops=drops)
+        m[
+            Mistake(
+                "dropout-missing-at-one-site",
+                f"in training mode there is no dropout on {site}: {names.where}.",
+            )
+        ] = f(drops=drops)
     advice = names.where[0].upper() + names.where[1:]
     sublayers = len(names.places) - 1
-    for at, text in _WRONG_PLACE.items():
+    for at, (mistake, text) in _WRONG_PLACE.items():
         if at == "after" and norm_first:
             continue
         for i, where in enumerate(names.places):
             every = i == sublayers  # the last place names all the sub-layers
             places_at = tuple(at if every or j == i else "out" for j in range(sublayers))
-            m[f"dropout is in the wrong place in {where}: it is applied {text}. {advice}."] = f(
-                at=places_at
-            )
+            wrong = f"dropout is in the wrong place in {where}: it is applied {text}. {advice}."
+            m[Mistake(mistake, wrong)] = f(at=places_at)
     return m
 
 
@@ -225,9 +246,10 @@ def right_in_eval(ref: nn.Module, call: Call, where_dropout_goes: str):
         if not call.train:
             return None
         if close(ask(dataclasses.replace(call, train=False)).value, evaluated, 1e-5, 1e-4):
-            return (
+            return Mistake(
+                "dropout-misplaced",
                 "it is right in eval mode but not in training mode, so its dropout is missing or "
-                f"in the wrong place: {where_dropout_goes}."
+                f"in the wrong place: {where_dropout_goes}.",
             )
         return None
 

@@ -33,7 +33,7 @@ import torch.nn.functional as F
 import encoder_lib
 
 from . import observe
-from .feedback import GradingError, Hinted
+from .feedback import GradingError, Mistake
 from .observe import Call, Failure, Forbidden, Observation
 from .runner import Ask, Case, close, keep_first, randn, register_given
 
@@ -67,46 +67,56 @@ _Upstream = tuple[torch.Tensor, ...] | None
 
 # --- the messages that are not a catalogue entry -------------------------------------------------
 
-DEAD_ROW_NAN = (
+DEAD_ROW_NAN = Mistake(
+    "dead-row-nan",
     "a query whose keys are ALL masked gives NaN: the softmax of a row of -inf is 0/0. Such a row "
     "must give all-zero weights (as F.scaled_dot_product_attention does): find the rows where "
-    "mask has no True and set their weights to 0."
+    "mask has no True and set their weights to 0.",
 )
-DEAD_ROW_UNIFORM = (
+DEAD_ROW_UNIFORM = Mistake(
+    "dead-row-uniform",
     "a query whose keys are ALL masked gets the same weight 1/L_k for every key: that is what a "
     "finite fill value such as -1e9 gives (all its scores are then equal). Such a row must give "
-    "all-zero weights: find the rows where mask has no True and set their weights to 0."
+    "all-zero weights: find the rows where mask has no True and set their weights to 0.",
 )
-DEAD_ROW_NOT_ZERO = (
+DEAD_ROW_NOT_ZERO = Mistake(
+    "dead-row-not-zero",
     "a query whose keys are ALL masked must get all-zero weights (and so a zero output), but "
-    "row {index} is {row}."
+    "row {index} is {row}.",
 )
-OVERFLOW = (
+OVERFLOW = Mistake(
+    "exp-overflow",
     "large scores (around 1000) give NaN or inf: exp overflows. Subtract each row's maximum "
     "before exp (the softmax does not change when a constant is subtracted from a row), or use "
-    "torch.softmax, which does this for you."
+    "torch.softmax, which does this for you.",
 )
-NOT_SUM_TO_1 = (
+NOT_SUM_TO_1 = Mistake(
+    "rows-not-sum-to-1",
     "each query's weights must sum to 1 over the keys (the last axis), but row {index} sums to "
-    "{total:.4g}."
+    "{total:.4g}.",
 )
-FORGOT_V = (
+FORGOT_V = Mistake(
+    "output-is-weights",
     "the output equals the attention weights: multiply the weights by the values "
-    "(weights @ value) to get the output."
+    "(weights @ value) to get the output.",
 )
-PAIR_SWAPPED = "the pair is in the wrong order: return (output, weights), output first."
-BATCH_AXES = (
+PAIR_SWAPPED = Mistake(
+    "pair-swapped", "the pair is in the wrong order: return (output, weights), output first."
+)
+BATCH_AXES = Mistake(
+    "batch-axes",
     "{error}Your function works on a single sequence (2-D inputs) but not with a batch axis in "
     "front: count axes from the end (the last one is d_k whatever comes before it), swap only "
     "the last two axes of key (key.T reverses every axis, so on a batched tensor it moves the "
-    "batch axis too) and use a matrix product that broadcasts over batch axes (@, not torch.mm)."
+    "batch axis too) and use a matrix product that broadcasts over batch axes (@, not torch.mm).",
 )
 BATCH_AXES_HINT = (
     "negative axes count from the end: shape[-1] and a transpose of the axes -2 and -1 mean the "
     "same on (L, d_k) and on (B, H, L, d_k); tensors also have .mT, the transpose of the last "
     "two axes."
 )
-KEY_NOT_TRANSPOSED = Hinted(
+KEY_NOT_TRANSPOSED = Mistake(
+    "key-not-transposed",
     "Is key transposed? A product A @ B needs A's last axis as long as B's second-to-last. "
     "The scores Q K^T multiply query (..., L_q, d_k) by key TRANSPOSED, (..., d_k, L_k), so "
     "that every query meets every key; key as it is, (..., L_k, d_k), does not fit. Swap the "
@@ -114,21 +124,25 @@ KEY_NOT_TRANSPOSED = Hinted(
     "a tensor's transpose method takes the two axes to swap; name them from the end (negative "
     "axes) so that batch axes in front stay where they are.",
 )
-SINGLE_SEQUENCE = (
+SINGLE_SEQUENCE = Mistake(
+    "single-sequence-axes",
     "These inputs are a single sequence with no batch axis: count axes from the end (-1, -2), "
-    "so that the code works for any number of leading batch axes."
+    "so that the code works for any number of leading batch axes.",
 )
-CAUSAL_ADDITIVE = (
+CAUSAL_ADDITIVE = Mistake(
+    "causal-additive",
     "the mask should be a boolean tensor (True = may attend), but it is an additive float mask of "
     "0 and -inf, PyTorch's other convention (nn.Transformer.generate_square_subsequent_mask). "
-    "This course's masks are boolean."
+    "This course's masks are boolean.",
 )
-CAUSAL_NOT_BOOL = (
+CAUSAL_NOT_BOOL = Mistake(
+    "causal-not-bool",
     "{slot} should be a boolean tensor (dtype torch.bool, True = may attend), got dtype {got}. "
-    "Build it with dtype=torch.bool, a comparison, or .bool()."
+    "Build it with dtype=torch.bool, a comparison, or .bool().",
 )
-CAUSAL_ROW = (
-    "row {row} (query {row}) should be True in columns 0..{row} and False after, got {got}."
+CAUSAL_ROW = Mistake(
+    "mismatch",
+    "row {row} (query {row}) should be True in columns 0..{row} and False after, got {got}.",
 )
 
 
@@ -232,15 +246,30 @@ def _scale_mistakes(query: torch.Tensor, key: torch.Tensor) -> dict[str, torch.T
     d_k, L_q, L_k = query.shape[-1], query.shape[-2], key.shape[-2]
     raw = query @ key.transpose(-2, -1)
     return {
-        "the scores are not scaled. Divide Q K^T by sqrt(d_k), where d_k = query.shape[-1], so "
-        "that their spread does not grow with the width of the vectors.": raw,
-        "the scores are divided by d_k instead of sqrt(d_k) (or by sqrt(d_k) twice). Divide "
-        "Q K^T once by math.sqrt(d_k).": raw / d_k,
-        "the scores are multiplied by sqrt(d_k) instead of divided by it.": raw * math.sqrt(d_k),
-        "the scores are divided by sqrt(L_k), the number of keys. d_k is the size of the LAST "
-        "axis of query and key (query.shape[-1]).": raw / math.sqrt(L_k),
-        "the scores are divided by sqrt(L_q), the number of queries. d_k is the size of the LAST "
-        "axis of query and key (query.shape[-1]).": raw / math.sqrt(L_q),
+        Mistake(
+            "not-scaled",
+            "the scores are not scaled. Divide Q K^T by sqrt(d_k), where d_k = query.shape[-1], so "
+            "that their spread does not grow with the width of the vectors.",
+        ): raw,
+        Mistake(
+            "scaled-by-d-k",
+            "the scores are divided by d_k instead of sqrt(d_k) (or by sqrt(d_k) twice). Divide "
+            "Q K^T once by math.sqrt(d_k).",
+        ): raw / d_k,
+        Mistake(
+            "multiplied-by-sqrt-d-k",
+            "the scores are multiplied by sqrt(d_k) instead of divided by it.",
+        ): raw * math.sqrt(d_k),
+        Mistake(
+            "scaled-by-sqrt-l-k",
+            "the scores are divided by sqrt(L_k), the number of keys. d_k is the size of the LAST "
+            "axis of query and key (query.shape[-1]).",
+        ): raw / math.sqrt(L_k),
+        Mistake(
+            "scaled-by-sqrt-l-q",
+            "the scores are divided by sqrt(L_q), the number of queries. d_k is the size of the "
+            "LAST axis of query and key (query.shape[-1]).",
+        ): raw / math.sqrt(L_q),
     }
 
 
@@ -257,31 +286,51 @@ def _weight_mistakes(scores: torch.Tensor, mask: torch.Tensor | None) -> dict[st
     masked = scores if mask is None else scores.masked_fill(~mask, _NEG_INF)
     over_queries = torch.softmax(masked, dim=-2)
     mistakes = {
-        "the softmax is taken over the query axis (dim=-2; for a single sequence of scores "
-        "(L_q, L_k) that is also dim=0), so each column sums to 1. Each query's weights over the "
-        "keys must sum to 1: take the softmax over the last axis, dim=-1.": over_queries
+        Mistake(
+            "softmax-over-queries",
+            "the softmax is taken over the query axis (dim=-2; for a single sequence of scores "
+            "(L_q, L_k) that is also dim=0), so each column sums to 1. Each query's weights over "
+            "the keys must sum to 1: take the softmax over the last axis, dim=-1.",
+        ): over_queries
     }
     if scores.dim() >= 3:
         mistakes[
-            "the softmax is taken over dim=0, the batch axis, which mixes different sequences. "
-            "Take it over the last axis (the keys), dim=-1."
+            Mistake(
+                "softmax-over-batch",
+                "the softmax is taken over dim=0, the batch axis, which mixes different sequences. "
+                "Take it over the last axis (the keys), dim=-1.",
+            )
         ] = torch.softmax(masked, dim=0)
     if mask is None:
         return mistakes
     unmasked = torch.softmax(scores, dim=-1)
     return mistakes | {
-        "the mask polarity is reversed: the positions where mask is True got weight 0. In this "
-        "course True means 'may attend' (as in F.scaled_dot_product_attention), so the positions "
-        "to remove are those where mask is False (~mask). nn.MultiheadAttention's "
-        "key_padding_mask is the opposite convention.": _reference_weights(scores, ~mask),
-        "the mask is applied after the softmax: zeroing weights afterwards leaves rows that no "
-        "longer sum to 1. Put -inf in the masked scores before the softmax.": unmasked * mask,
-        "the boolean mask was added to the scores (True counts as 1, False as 0), which only "
-        "shifts the allowed scores by 1 and removes nothing. Masked positions need a score of "
-        "-inf before the softmax.": torch.softmax(scores + mask, dim=-1),
-        "the masked scores were set to 0 (e.g. scores * mask) instead of -inf: exp(0) = 1, so "
-        "masked keys still get weight. Use -inf.": torch.softmax(scores * mask, dim=-1),
-        "the mask is ignored: keys where mask is False still get weight.": unmasked,
+        Mistake(
+            "mask-reversed",
+            "the mask polarity is reversed: the positions where mask is True got weight 0. In this "
+            "course True means 'may attend' (as in F.scaled_dot_product_attention), so the "
+            "positions to remove are those where mask is False (~mask). nn.MultiheadAttention's "
+            "key_padding_mask is the opposite convention.",
+        ): _reference_weights(scores, ~mask),
+        Mistake(
+            "mask-after-softmax",
+            "the mask is applied after the softmax: zeroing weights afterwards leaves rows that no "
+            "longer sum to 1. Put -inf in the masked scores before the softmax.",
+        ): unmasked * mask,
+        Mistake(
+            "mask-added",
+            "the boolean mask was added to the scores (True counts as 1, False as 0), which only "
+            "shifts the allowed scores by 1 and removes nothing. Masked positions need a score of "
+            "-inf before the softmax.",
+        ): torch.softmax(scores + mask, dim=-1),
+        Mistake(
+            "mask-multiplied",
+            "the masked scores were set to 0 (e.g. scores * mask) instead of -inf: exp(0) = 1, so "
+            "masked keys still get weight. Use -inf.",
+        ): torch.softmax(scores * mask, dim=-1),
+        Mistake(
+            "mask-ignored", "the mask is ignored: keys where mask is False still get weight."
+        ): unmasked,
     }
 
 
@@ -446,16 +495,25 @@ def _causal_case(L: int) -> Case:
         f"causal_mask({L})",
         expected=expected,
         mistakes={
-            "True is on and above the diagonal (the upper triangle). Row i is query i, which may "
-            "attend to keys 0..i: True must be on and below the diagonal "
-            "(torch.tril).": expected.mT,
-            "the polarity is reversed: True marks the future keys, which must NOT be attended. In "
-            "this course True means 'may attend': row i is True in columns 0..i.": ~expected,
-            "the diagonal is False, but each position may attend to itself: row i is True in "
-            "columns 0..i, including i.": expected.tril(-1),
-            "every entry is True, so nothing is masked: query i must not see keys j > i.": (
-                torch.ones(L, L, dtype=torch.bool)
-            ),
+            Mistake(
+                "causal-upper-triangle",
+                "True is on and above the diagonal (the upper triangle). Row i is query i, which "
+                "may attend to keys 0..i: True must be on and below the diagonal (torch.tril).",
+            ): expected.mT,
+            Mistake(
+                "causal-reversed",
+                "the polarity is reversed: True marks the future keys, which must NOT be attended. "
+                "In this course True means 'may attend': row i is True in columns 0..i.",
+            ): ~expected,
+            Mistake(
+                "causal-no-diagonal",
+                "the diagonal is False, but each position may attend to itself: row i is True in "
+                "columns 0..i, including i.",
+            ): expected.tril(-1),
+            Mistake(
+                "causal-all-true",
+                "every entry is True, so nothing is masked: query i must not see keys j > i.",
+            ): (torch.ones(L, L, dtype=torch.bool)),
         },
         probes=(wrong_row,),
         slots=("the mask",),
@@ -493,7 +551,11 @@ def _attention_case(
         weights = _weight_mistakes(scores, mask)
         for description, wrong_scores in _scale_mistakes(query, key).items():
             weights[description] = _reference_weights(wrong_scores, mask)
-        weights["the weights are the scaled scores, before the softmax."] = scores
+        weights[
+            Mistake(
+                "weights-before-softmax", "the weights are the scaled scores, before the softmax."
+            )
+        ] = scores
         return {description: (None, w) for description, w in weights.items()}
 
     def output_is_weights(obs: Observation) -> str | None:

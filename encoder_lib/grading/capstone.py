@@ -54,7 +54,7 @@ from torch import nn
 import encoder_lib
 
 from . import observe, runner
-from .feedback import GradingError, Hinted
+from .feedback import GradingError, Mistake
 from .observe import Call, Failure, Observation
 from .runner import Case, ModuleSpec, close, keep_first, randn, reference_mode
 
@@ -154,22 +154,37 @@ _MEAN_NO_GRAD = (
 def _mean_mistakes(h: torch.Tensor, keep: torch.Tensor) -> dict[str, torch.Tensor]:
     plain, padding, total, by_length = _wrong_poolings(h, keep)
     mistakes = {
-        "it averages all L positions, padding included (a plain mean over dim 1). Average only "
-        "the positions where keep is True: sum h * keep over the positions and divide by the "
-        "number of real tokens.": plain,
-        "it averages the padding positions instead of the real tokens: the mask polarity is "
-        "reversed. keep is True at real tokens.": padding,
-        "it returns the sum of the real positions without dividing by their number (keep.sum "
-        "over the positions).": total,
-        "it divides the sum of the real positions by L, the padded length, instead of by the "
-        "number of real tokens in each sentence: short sentences get small vectors.": by_length,
+        Mistake(
+            "mean-includes-padding",
+            "it averages all L positions, padding included (a plain mean over dim 1). Average only "
+            "the positions where keep is True: sum h * keep over the positions and divide by the "
+            "number of real tokens.",
+        ): plain,
+        Mistake(
+            "mask-reversed",
+            "it averages the padding positions instead of the real tokens: the mask polarity is "
+            "reversed. keep is True at real tokens.",
+        ): padding,
+        Mistake(
+            "sum-not-mean",
+            "it returns the sum of the real positions without dividing by their number (keep.sum "
+            "over the positions).",
+        ): total,
+        Mistake(
+            "divides-by-padded-length",
+            "it divides the sum of the real positions by L, the padded length, instead of by the "
+            "number of real tokens in each sentence: short sentences get small vectors.",
+        ): by_length,
     }
     if h.shape[0] == 1 and h.shape[1] == h.shape[2]:
         along_d = keep[:, None, :].to(h.dtype)  # what h * keep broadcasts to when L = D
         mistakes[
-            "the mask is applied along the features D instead of along the positions: keep has "
-            "shape (B, L), and broadcasting lines shapes up from the right, so h * keep "
-            "multiplies the last axis. Give it a trailing axis: keep[:, :, None]."
+            Mistake(
+                "mask-along-features",
+                "the mask is applied along the features D instead of along the positions: keep has "
+                "shape (B, L), and broadcasting lines shapes up from the right, so h * keep "
+                "multiplies the last axis. Give it a trailing axis: keep[:, :, None].",
+            )
         ] = (h * along_d).sum(dim=1) / keep.sum(dim=1, keepdim=True).to(h.dtype)
     return mistakes
 
@@ -177,10 +192,11 @@ def _mean_mistakes(h: torch.Tensor, keep: torch.Tensor) -> dict[str, torch.Tenso
 def _trailing_axis_hint(failure: Failure) -> str | None:
     if "must match" not in failure.message:
         return None
-    return (
+    return Mistake(
+        "keep-without-trailing-axis",
         "keep has shape (B, L) and h has shape (B, L, D): broadcasting lines shapes up from the "
         "right, so give keep a trailing axis first: keep[:, :, None] (or keep.unsqueeze(-1)), "
-        "shape (B, L, 1)."
+        "shape (B, L, 1).",
     )
 
 
@@ -210,11 +226,17 @@ def _mean_case(h: torch.Tensor, keep: torch.Tensor | list[int], gradient: bool =
         letters=("(B, D)",),
         shape_hints=(
             {
-                (B, L): "That is (B, L): it averaged over the last axis (the D features) instead "
-                "of over the positions. Sum and count over dim=1.",
-                (B, 1, D): "Drop keepdim=True from the sum over the positions (the result is one "
-                "D-vector per sentence, (B, D)); keep it only for the count if you need it to "
-                "broadcast.",
+                (B, L): Mistake(
+                    "mean-over-features",
+                    "That is (B, L): it averaged over the last axis (the D features) instead "
+                    "of over the positions. Sum and count over dim=1.",
+                ),
+                (B, 1, D): Mistake(
+                    "keepdim-kept",
+                    "Drop keepdim=True from the sum over the positions (the result is one "
+                    "D-vector per sentence, (B, D)); keep it only for the count if you need it to "
+                    "broadcast.",
+                ),
             },
         ),
         inputs={"args[0]": "h", "args[1]": "keep"},
@@ -410,15 +432,17 @@ def _same_parameters(got: Mapping[str, Any], want: Mapping[str, torch.Tensor]) -
     return set(got) == set(want) and all(close(got[n], want[n], 1e-9, 1e-7) for n in want)
 
 
-_EVAL_MODE = (
+_EVAL_MODE = Mistake(
+    "eval-mode-in-training",
     "model.eval() is left on while training: the forward ran in evaluation mode, so dropout was "
     "off. Call model.train() at the start of train_step (the evaluation after each epoch leaves "
-    "the model in eval mode, and dropout must be on for every training step)."
+    "the model in eval mode, and dropout must be on for every training step).",
 )
-_PROBABILITIES = (
+_PROBABILITIES = Mistake(
+    "loss-on-probabilities",
     "the loss is computed on probabilities instead of logits: F.cross_entropy applies "
     "log_softmax itself, so softmax followed by F.cross_entropy squashes the gradients and "
-    "stalls learning. Pass the raw logits: F.cross_entropy(model(token_ids), labels)."
+    "stalls learning. Pass the raw logits: F.cross_entropy(model(token_ids), labels).",
 )
 
 
@@ -430,18 +454,28 @@ def _loss_mistakes(s: _StepSetup, state, ids, labels, value: float) -> str | Non
         (_EVAL_MODE, F.cross_entropy(eval_logits, labels)),
         (_PROBABILITIES, F.cross_entropy(F.softmax(train_logits, dim=-1), labels)),
         (
-            _EVAL_MODE + " The loss is also computed on probabilities instead of logits: pass "
-            "the raw logits to F.cross_entropy, which applies log_softmax itself.",
+            Mistake(
+                "eval-mode-and-probabilities",
+                _EVAL_MODE + " The loss is also computed on probabilities instead of logits: pass "
+                "the raw logits to F.cross_entropy, which applies log_softmax itself.",
+            ),
             F.cross_entropy(F.softmax(eval_logits, dim=-1), labels),
         ),
         (
-            "F.nll_loss is applied to the logits: it expects log-probabilities. Use "
-            "F.cross_entropy(logits, labels), which is log_softmax followed by nll_loss.",
+            Mistake(
+                "nll-on-logits",
+                "F.nll_loss is applied to the logits: it expects log-probabilities. Use "
+                "F.cross_entropy(logits, labels), which is log_softmax followed by nll_loss.",
+            ),
             F.nll_loss(train_logits, labels),
         ),
         (
-            "the loss is summed over the batch instead of averaged (reduction='sum'): its size, "
-            "and the size of every step, would grow with the batch. Use the default mean.",
+            Mistake(
+                "loss-summed",
+                "the loss is summed over the batch instead of averaged (reduction='sum'): its "
+                "size, and the size of every step, would grow with the batch. Use the default "
+                "mean.",
+            ),
             F.cross_entropy(train_logits, labels, reduction="sum"),
         ),
     ]
@@ -454,7 +488,10 @@ def _loss_mistakes(s: _StepSetup, state, ids, labels, value: float) -> str | Non
 def _judge_train_step(s: _StepSetup, obs: Observation) -> None:
     steps: list[dict[str, Any]] = obs.info.get("steps", [])
     if len(steps) != len(s.batches):
-        raise GradingError("the grader got no record of the steps: run train_step's cell again.")
+        raise GradingError(
+            "the grader got no record of the steps: run train_step's cell again.",
+            mistake="no-answer",
+        )
     state = s.state
     grads: dict[str, torch.Tensor] | None = s.stale
     for i, (step, (ids, labels)) in enumerate(zip(steps, s.batches, strict=True)):
@@ -462,43 +499,58 @@ def _judge_train_step(s: _StepSetup, obs: Observation) -> None:
         value = step["value"]
         if isinstance(value, torch.Tensor):
             raise GradingError(
-                f"it returns the loss as a tensor{which}: return loss.item(), a Python float. A "
-                "tensor that still requires grad keeps the whole graph of its batch alive, and "
-                "the training loop stores one per step for the curves."
+                Mistake(
+                    "loss-as-tensor",
+                    f"it returns the loss as a tensor{which}: return loss.item(), a Python "
+                    "float. A tensor that still requires grad keeps the whole graph of its batch "
+                    "alive, and the training loop stores one per step for the curves.",
+                )
             )
         if value is None:
             raise GradingError(
-                f"it returns nothing (None){which}: return the loss of the batch as a Python "
-                "float, loss.item(); the training loop shows it and keeps it for the curves."
+                Mistake(
+                    "returns-none",
+                    f"it returns nothing (None){which}: return the loss of the batch as a Python "
+                    "float, loss.item(); the training loop shows it and keeps it for the curves.",
+                )
             )
         if type(value) is not float:
             raise GradingError(
-                f"it returns {runner._describe(value)}{which}: return the loss of the batch as a "
-                "Python float, loss.item()."
+                Mistake(
+                    "loss-not-a-float",
+                    f"it returns {runner._describe(value)}{which}: return the loss of the batch "
+                    "as a Python float, loss.item().",
+                )
             )
         loss, after = s.update(state, ids, labels)
         events, modes = step.get("events", []), step.get("modes", [])
         if not math.isclose(value, loss, rel_tol=1e-7, abs_tol=1e-9):
             named = _loss_mistakes(s, state, ids, labels, value)
             if named:
-                raise GradingError(named + which)
+                raise GradingError(named + which, mistake=named.id)
             if modes and not any(modes):
-                raise GradingError(_EVAL_MODE + which)
+                raise GradingError(_EVAL_MODE + which, mistake=_EVAL_MODE.id)
             if not modes:  # the model was never called
                 raise GradingError(
-                    f"the loss it returns{which} is {value:.6g}, not the cross-entropy of "
-                    "model(token_ids) against labels: call the model on the batch, take the "
-                    "cross-entropy of its logits against labels and return it as a Python "
-                    "float."
+                    Mistake(
+                        "model-not-called",
+                        f"the loss it returns{which} is {value:.6g}, not the cross-entropy of "
+                        "model(token_ids) against labels: call the model on the batch, take the "
+                        "cross-entropy of its logits against labels and return it as a Python "
+                        "float.",
+                    )
                 )
             raise GradingError(
-                f"the loss it returns{which} is {value:.6g}, but F.cross_entropy(logits, labels) "
-                f"with logits = model(token_ids) in training mode is {loss:.6g}."
+                Mistake(
+                    "mismatch",
+                    f"the loss it returns{which} is {value:.6g}, but F.cross_entropy(logits, "
+                    f"labels) with logits = model(token_ids) in training mode is {loss:.6g}.",
+                )
             )
         got = step.get("parameters", {})
         if not _same_parameters(got, after):
             problem = _parameter_problem(s, state, ids, labels, grads, got, events)
-            raise GradingError(problem + which)
+            raise GradingError(problem + which, mistake=problem.id)
         state, grads = after, None
 
 
@@ -510,49 +562,59 @@ def _parameter_problem(s, state, ids, labels, grads, got, events) -> str:
     zero = [i for i, e in enumerate(events) if e == "zero_grad"]
     if grads is not None and _same_parameters(got, s.update(state, ids, labels, grads)[1]):
         if zero and step and zero[0] > step[-1]:
-            return (
+            return Mistake(
+                "zero-grad-after-step",
                 "optimizer.zero_grad() is called after optimizer.step(): this step still used "
                 "the gradients left in .grad by whatever ran before it (an earlier step, a "
                 "check, an experiment), added to its own. Call optimizer.zero_grad() first, "
-                "before loss.backward()."
+                "before loss.backward().",
             )
-        return (
+        return Mistake(
+            "no-zero-grad",
             "optimizer.zero_grad() is never called: the gradients of the previous step are "
             "still in .grad, and loss.backward() adds to them, so every step uses a sum of old "
-            "and new gradients. Call optimizer.zero_grad() before loss.backward()."
+            "and new gradients. Call optimizer.zero_grad() before loss.backward().",
         )
     if unchanged and not backward:
-        return (
+        return Mistake(
+            "no-backward",
             "loss.backward() is never called: no gradient is computed, so optimizer.step() has "
             "nothing to apply and the parameters do not move. Call loss.backward() between "
-            "optimizer.zero_grad() and optimizer.step()."
+            "optimizer.zero_grad() and optimizer.step().",
         )
     if unchanged and not step:
-        return (
+        return Mistake(
+            "no-step",
             "optimizer.step() is never called: the gradients are computed but the parameters "
-            "never move. Call optimizer.step() after loss.backward()."
+            "never move. Call optimizer.step() after loss.backward().",
         )
     if backward and step and step[0] < backward[0]:
-        return (
+        return Mistake(
+            "step-before-backward",
             "optimizer.step() is called before loss.backward(): the step uses gradients that "
             "are not there yet (or stale ones). The order is zero_grad, forward, loss, "
-            "backward, step."
+            "backward, step.",
         )
     if unchanged:
-        return (
+        return Mistake(
+            "zero-grad-between-backward-and-step",
             "the gradients are zeroed between loss.backward() and optimizer.step(), so the step "
             "has nothing to apply and the parameters do not move. Call optimizer.zero_grad() "
-            "first, before the forward pass or before loss.backward()."
+            "first, before the forward pass or before loss.backward().",
         )
     if len(step) > 1:
-        return (
+        return Mistake(
+            "step-twice",
             f"optimizer.step() is called {len(step)} times: one training step updates the "
-            "parameters once."
+            "parameters once.",
         )
     after = s.update(state, ids, labels)[1]
     name = next(n for n in after if not close(got.get(n), after[n], 1e-9, 1e-7))
-    return runner.mismatch(
-        f"after the step, the parameter {name}", got.get(name), after[name], 1e-9, 1e-7
+    return Mistake(
+        "mismatch",
+        runner.mismatch(
+            f"after the step, the parameter {name}", got.get(name), after[name], 1e-9, 1e-7
+        ),
     )
 
 
@@ -571,12 +633,16 @@ def _step_case(seed: int, train: bool) -> Case:
 
 def _step_hint(failure: Failure) -> str | None:
     if "does not require grad" in failure.message:
-        return (
+        return Mistake(
+            "no-graph",
             "The loss has no graph to backpropagate through: do not run the forward pass under "
-            "torch.no_grad() or detach the logits in train_step."
+            "torch.no_grad() or detach the logits in train_step.",
         )
     if "Long" in failure.message:
-        return "F.cross_entropy takes the logits first and the integer labels second."
+        return Mistake(
+            "cross-entropy-arguments-swapped",
+            "F.cross_entropy takes the logits first and the integer labels second.",
+        )
     return None
 
 
@@ -633,33 +699,61 @@ def _classifier_mistakes(model: _Classifier, ids: torch.Tensor, train: bool):
         mask_reversed = _masked_mean(model.hidden(ids, ~keep), keep)
         no_positions = _masked_mean(model.hidden(ids, keep, positions=False), keep)
         m = {
-            "the pooling averages the padding positions too (a plain mean over dim 1): pool "
-            "with masked_mean(h, keep), keep = token_ids != self.pad_id.": head(plain),
-            "the pooling divides the sum of the real positions by L, the padded length, "
-            "instead of by the number of real tokens: use masked_mean(h, keep).": head(by_length),
-            "the pooling averages the padding instead of the real tokens: the mask polarity "
-            "is reversed (keep must be True where token_ids != self.pad_id).": head(padding),
-            "it sums the real positions instead of averaging them (use masked_mean).": head(total),
-            "it classifies the first position (<start>) only: average all the real positions "
-            "with masked_mean.": head(h[:, 0]),
-            "it classifies the last position, which is padding: average the real positions "
-            "with masked_mean.": head(h[:, -1]),
-            "softmax is applied: return the raw logits, not probabilities. F.cross_entropy "
-            "applies log-softmax itself, and argmax gives the same prediction on "
-            "logits.": F.softmax(logits, dim=-1),
-            "log_softmax is applied: return the raw logits (the head's output), not "
-            "log-probabilities. F.cross_entropy applies log-softmax "
-            "itself.": F.log_softmax(logits, dim=-1),
+            Mistake(
+                "mean-includes-padding",
+                "the pooling averages the padding positions too (a plain mean over dim 1): pool "
+                "with masked_mean(h, keep), keep = token_ids != self.pad_id.",
+            ): head(plain),
+            Mistake(
+                "divides-by-padded-length",
+                "the pooling divides the sum of the real positions by L, the padded length, "
+                "instead of by the number of real tokens: use masked_mean(h, keep).",
+            ): head(by_length),
+            Mistake(
+                "pooling-mask-reversed",
+                "the pooling averages the padding instead of the real tokens: the mask polarity "
+                "is reversed (keep must be True where token_ids != self.pad_id).",
+            ): head(padding),
+            Mistake(
+                "sum-not-mean",
+                "it sums the real positions instead of averaging them (use masked_mean).",
+            ): head(total),
+            Mistake(
+                "first-position-only",
+                "it classifies the first position (<start>) only: average all the real positions "
+                "with masked_mean.",
+            ): head(h[:, 0]),
+            Mistake(
+                "last-position-only",
+                "it classifies the last position, which is padding: average the real positions "
+                "with masked_mean.",
+            ): head(h[:, -1]),
+            Mistake(
+                "softmax-applied",
+                "softmax is applied: return the raw logits, not probabilities. F.cross_entropy "
+                "applies log-softmax itself, and argmax gives the same prediction on "
+                "logits.",
+            ): F.softmax(logits, dim=-1),
+            Mistake(
+                "log-softmax-applied",
+                "log_softmax is applied: return the raw logits (the head's output), not "
+                "log-probabilities. F.cross_entropy applies log-softmax "
+                "itself.",
+            ): F.log_softmax(logits, dim=-1),
         }
         if h.shape[1] == h.shape[2]:
             m[
-                "the head is applied on the wrong axis: the pooling averages the D features "
-                "of each position (dim -1), so the head reads one number per position "
-                "instead of the sentence's D-vector. Pool over the positions (dim 1) with "
-                "masked_mean(h, keep), then apply the head."
+                Mistake(
+                    "pooled-over-features",
+                    "the head is applied on the wrong axis: the pooling averages the D features "
+                    "of each position (dim -1), so the head reads one number per position "
+                    "instead of the sentence's D-vector. Pool over the positions (dim 1) with "
+                    "masked_mean(h, keep), then apply the head.",
+                )
             ] = head(h.mean(dim=-1))
         m |= {
-            Hinted(
+            Mistake(
+                "no-mask-to-encoder",
                 "the encoder runs without the padding mask: the real tokens attend to the "
                 "padding. Give the encoder a padding mask of shape (B, 1, 1, L), True at the "
                 "real tokens (one value per key, the same for every head and query).",
@@ -667,24 +761,36 @@ def _classifier_mistakes(model: _Classifier, ids: torch.Tensor, train: bool):
                 "axis, one for the heads and one for the queries; the encoder takes the mask "
                 "as its second argument.",
             ): head(unmasked),
-            "the mask passed to the encoder has the wrong polarity: True at padding. True "
-            "means 'may attend', so it must be True at the real tokens.": head(mask_reversed),
-            "no positional encoding is added: without self.positional the encoder cannot "
-            "tell the order of the words, and order is all this task is about. Apply "
-            "self.positional to the embeddings.": head(no_positions),
+            Mistake(
+                "mask-reversed",
+                "the mask passed to the encoder has the wrong polarity: True at padding. True "
+                "means 'may attend', so it must be True at the real tokens.",
+            ): head(mask_reversed),
+            Mistake(
+                "no-positional-encoding",
+                "no positional encoding is added: without self.positional the encoder cannot "
+                "tell the order of the words, and order is all this task is about. Apply "
+                "self.positional to the embeddings.",
+            ): head(no_positions),
         }
         if model.pad_id != 0:
             zero = ids != 0
             m[
-                f"it treats token id 0 as padding, but this model's padding id is "
-                f"{model.pad_id}: build keep from self.pad_id, not from a fixed number."
+                Mistake(
+                    "pad-id-hard-coded",
+                    f"it treats token id 0 as padding, but this model's padding id is "
+                    f"{model.pad_id}: build keep from self.pad_id, not from a fixed number.",
+                )
             ] = head(_masked_mean(model.hidden(ids, zero), zero))
     if train:
         model.eval()
         with torch.no_grad():
             m[
-                "dropout is off in training mode: forward must not switch the model (or the "
-                "encoder) to eval mode; model.train() and model.eval() are the caller's job."
+                Mistake(
+                    "eval-in-forward",
+                    "dropout is off in training mode: forward must not switch the model (or the "
+                    "encoder) to eval mode; model.train() and model.eval() are the caller's job.",
+                )
             ] = model(ids)
         model.train()
     return m
@@ -747,14 +853,22 @@ def _classifier_case(
         letters=("(B, 2)",),
         shape_hints=(
             {
-                (B, L, 2): "That is (B, L, 2): the head ran on every position. Pool first: "
-                "masked_mean(h, keep) gives one (B, D) vector per sentence, then the head gives "
-                "(B, 2).",
-                (B, 1, 2): "That is (B, 1, 2): the pooled vector kept its position axis "
-                "(keepdim=True?); the head needs (B, D).",
-                (B,): "That is one number per sentence: return the logits (B, 2), the head's "
-                "output, not predicted classes (argmax is for reading predictions, and it has no "
-                "gradient to train with).",
+                (B, L, 2): Mistake(
+                    "head-on-every-position",
+                    "That is (B, L, 2): the head ran on every position. Pool first: masked_mean(h, "
+                    "keep) gives one (B, D) vector per sentence, then the head gives (B, 2).",
+                ),
+                (B, 1, 2): Mistake(
+                    "keepdim-kept",
+                    "That is (B, 1, 2): the pooled vector kept its position axis "
+                    "(keepdim=True?); the head needs (B, D).",
+                ),
+                (B,): Mistake(
+                    "returns-classes",
+                    "That is one number per sentence: return the logits (B, 2), the head's output, "
+                    "not predicted classes (argmax is for reading predictions, and it has no "
+                    "gradient to train with).",
+                ),
             },
         ),
         module=ModuleSpec(
@@ -774,15 +888,17 @@ def _classifier_case(
 
 def _classifier_hint(failure: Failure) -> str | None:
     if "mat1 and mat2" in failure.message:
-        return (
+        return Mistake(
+            "pooled-over-features",
             "The head is applied on the wrong axis: it is an nn.Linear(D, 2), so it must get "
             "the pooled (B, D) vector. Pool the encoder's output over the positions (dim 1) with "
-            "masked_mean(h, keep) first."
+            "masked_mean(h, keep) first.",
         )
     if "mask" in failure.message:
-        return (
+        return Mistake(
+            "mask-wrong-shape",
             "The encoder takes the mask as (B, 1, 1, L), True at real tokens: where token_ids "
-            "differs from self.pad_id, with size-1 axes for the heads and the queries."
+            "differs from self.pad_id, with size-1 axes for the heads and the queries.",
         )
     return None
 

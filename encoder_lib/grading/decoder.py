@@ -48,7 +48,7 @@ from torch import nn
 import encoder_lib
 
 from . import _layers, observe, runner
-from .feedback import Hinted
+from .feedback import Mistake
 from .observe import Call, Failure, Forbidden, Observation, Part
 from .runner import Ask, Case, ModuleSpec, keep_first, randn
 
@@ -112,18 +112,20 @@ def _attention(D: int, H: int, seed: int, dtype: torch.dtype) -> tuple[Part, nn.
 def _calls_once(obs: Observation, ask: Ask) -> str | None:
     calls = obs.info.get("parts", [1])[0]
     if calls != 1:
-        return (
+        return Mistake(
+            "attention-called-more-than-once",
             f"it calls attention {calls} times: call it once, with one mask that says everything "
-            "(each call costs a full attention pass)."
+            "(each call costs a full attention pass).",
         )
     return None
 
 
 def _needs_weights(failure: Failure) -> str | None:
     if "has no attribute" in failure.message:
-        return (
+        return Mistake(
+            "attention-attributes-used",
             "The check hands your function an attention module that is only called, as "
-            "attention(query, key, value, mask): it returns the pair (output, weights)."
+            "attention(query, key, value, mask): it returns the pair (output, weights).",
         )
     return None
 
@@ -159,20 +161,28 @@ def _causal_mistakes(ref, x, keep) -> dict[str, Any]:
         return mask if pad is None else mask & pad
 
     entries = {
-        "the mask is on the wrong side of the diagonal: position i may attend to i and the "
-        "positions after it, i.e. to the future. The causal mask is True on and below the "
-        "diagonal (the lower triangle): query i sees keys 0..i.": attend(with_pad(ones.triu())),
-        "the mask leaves out the diagonal: position i may not attend to itself, and position 0 "
-        "has nothing at all to attend to (its output is zero). Keep the diagonal: the lower "
-        "triangle with the diagonal included (offset 0, not -1).": attend(with_pad(ones.tril(-1))),
-        "the mask has the wrong polarity: True must mean 'may attend'. Your mask is True above "
-        "the diagonal, the future: the lower triangle itself is the mask, with no ~.": attend(
-            with_pad(~causal)
-        ),
+        Mistake(
+            "causal-upper-triangle",
+            "the mask is on the wrong side of the diagonal: position i may attend to i and the "
+            "positions after it, i.e. to the future. The causal mask is True on and below the "
+            "diagonal (the lower triangle): query i sees keys 0..i.",
+        ): attend(with_pad(ones.triu())),
+        Mistake(
+            "causal-no-diagonal",
+            "the mask leaves out the diagonal: position i may not attend to itself, and position 0 "
+            "has nothing at all to attend to (its output is zero). Keep the diagonal: the lower "
+            "triangle with the diagonal included (offset 0, not -1).",
+        ): attend(with_pad(ones.tril(-1))),
+        Mistake(
+            "causal-reversed",
+            "the mask has the wrong polarity: True must mean 'may attend'. Your mask is True above "
+            "the diagonal, the future: the lower triangle itself is the mask, with no ~.",
+        ): attend(with_pad(~causal)),
     }
     if keep is None:
         entries[
-            Hinted(
+            Mistake(
+                "no-causal-mask",
                 "no causal mask reaches the attention: every position sees the whole target, "
                 "the future included. Give the attention a causal mask: an (L, L) boolean "
                 "tensor, True on and below the diagonal (True = may attend).",
@@ -181,29 +191,38 @@ def _causal_mistakes(ref, x, keep) -> dict[str, Any]:
         ] = attend(None)
     else:
         entries |= {
-            Hinted(
+            Mistake(
+                "keep-ignored",
                 "it ignores keep: the padded target positions stay visible. A key may be "
                 "attended only if it is in the past AND real, so the mask is both conditions at "
                 "once: the causal mask (L, L) and keep, with keep laid out as one value per key "
                 "(a column of the scores (B, H, L, L)), the same for every head and query.",
                 _COMBINE_HINT,
             ): attend(causal),
-            Hinted(
+            Mistake(
+                "causal-part-ignored",
                 "it ignores the causal part and masks only the padding: position i still sees "
                 "the future. A key may be attended only if it is in the past AND real: the "
                 "mask must hold both conditions, the causal one and the padding one.",
                 _COMBINE_HINT,
             ): attend(pad),
-            "it combines the two masks with | (or): a key that is in the past OR real is "
-            "visible, so the future shows through. A key must be both: use &.": attend(
-                causal | pad
-            ),
-            "the padding mask is applied to the queries (keep[:, None, :, None], the rows) "
-            "instead of the keys: padding is something no query may look at, so it masks the "
-            "columns, the last axis of the scores: keep's L axis must line up with the keys' "
-            "axis.": attend(causal & keep[:, None, :, None]),
-            "the padding mask has the wrong polarity: keep is True at real tokens (may "
-            "attend), so use it as it is, with no ~.": attend(causal & ~pad),
+            Mistake(
+                "masks-combined-with-or",
+                "it combines the two masks with | (or): a key that is in the past OR real is "
+                "visible, so the future shows through. A key must be both: use &.",
+            ): attend(causal | pad),
+            Mistake(
+                "padding-masks-queries",
+                "the padding mask is applied to the queries (keep[:, None, :, None], the rows) "
+                "instead of the keys: padding is something no query may look at, so it masks the "
+                "columns, the last axis of the scores: keep's L axis must line up with the keys' "
+                "axis.",
+            ): attend(causal & keep[:, None, :, None]),
+            Mistake(
+                "keep-reversed",
+                "the padding mask has the wrong polarity: keep is True at real tokens (may "
+                "attend), so use it as it is, with no ~.",
+            ): attend(causal & ~pad),
         }
     return _layers.evaluate(entries)
 
@@ -226,24 +245,31 @@ def _causal_case(B, L, D, H, seed, keep_rows=None, dtype=torch.float64) -> Case:
         other = x.clone()
         other[:, -1] = randn(B, D, seed=seed + 2).to(dtype)
         if _layers.output_changes(ask, call, (other, part), obs.value, _BEFORE_LAST):
-            return (
+            return Mistake(
+                "sees-the-future",
                 "position i looks at the future: changing only the last position of x changed the "
                 "outputs of the positions before it. The mask must hide keys j > i from query i "
-                "(True on and below the diagonal)."
+                "(True on and below the diagonal).",
             )
         return None
 
     def broadcast_hint(failure: Failure) -> str | None:
         if "must broadcast" in failure.message or "must match the size" in failure.message:
-            return (
+            return Mistake(
+                "mask-does-not-broadcast",
                 "The mask must broadcast against the scores (B, H, L, L): the causal part is "
                 "(L, L), keep (B, L) needs singleton axes for the heads and the queries, "
-                "(B, 1, 1, L), and the two combined are (B, 1, L, L)."
+                "(B, 1, 1, L), and the two combined are (B, 1, L, L).",
             )
         if "boolean" in failure.message:
-            return "Build the mask with dtype=torch.bool (True = may attend)."
+            return Mistake(
+                "mask-not-bool", "Build the mask with dtype=torch.bool (True = may attend)."
+            )
         if "NoneType" in failure.message:
-            return "keep may be None (no padding): then the causal mask alone is the mask."
+            return Mistake(
+                "keep-none-not-handled",
+                "keep may be None (no padding): then the causal mask alone is the mask.",
+            )
         return _needs_weights(failure)
 
     padded = "" if keep is None else f", keep of shape {(B, L)}"
@@ -294,41 +320,60 @@ def _cross_mistakes(ref, x, memory, keep) -> dict[str, Any]:
         return lambda: ref(q, k, v, mask)
 
     entries = {
-        "keys and values are taken from the decoder (attention(x, x, x, ...)): that is "
-        "self-attention again. In cross-attention the queries come from x and the keys and "
-        "values from the encoder's output: attention(x, memory, memory, mask).": attend(
-            x, x, x, pad
-        ),
-        "the values are taken from the decoder: attention(x, memory, x, ...). Keys and values "
-        "both come from the encoder's output, memory: a key says where to look, its value what "
-        "is found there.": attend(x, memory, x, pad),
-        "the keys are taken from the decoder: attention(x, x, memory, ...). Keys and values "
-        "both come from the encoder's output, memory.": attend(x, x, memory, pad),
-        "the queries are taken from memory: attention(memory, memory, memory, ...) lets the "
-        "source attend to itself. The queries come from the decoder, one per target position: "
-        "attention(x, memory, memory, mask).": attend(memory, memory, memory, pad),
-        "the queries are taken from memory and the keys and values from the decoder: it is the "
-        "other way round, attention(x, memory, memory, mask).": attend(memory, x, x, pad),
+        Mistake(
+            "keys-values-from-decoder",
+            "keys and values are taken from the decoder (attention(x, x, x, ...)): that is "
+            "self-attention again. In cross-attention the queries come from x and the keys and "
+            "values from the encoder's output: attention(x, memory, memory, mask).",
+        ): attend(x, x, x, pad),
+        Mistake(
+            "values-from-decoder",
+            "the values are taken from the decoder: attention(x, memory, x, ...). Keys and values "
+            "both come from the encoder's output, memory: a key says where to look, its value what "
+            "is found there.",
+        ): attend(x, memory, x, pad),
+        Mistake(
+            "keys-from-decoder",
+            "the keys are taken from the decoder: attention(x, x, memory, ...). Keys and values "
+            "both come from the encoder's output, memory.",
+        ): attend(x, x, memory, pad),
+        Mistake(
+            "queries-from-memory",
+            "the queries are taken from memory: attention(memory, memory, memory, ...) lets the "
+            "source attend to itself. The queries come from the decoder, one per target position: "
+            "attention(x, memory, memory, mask).",
+        ): attend(memory, memory, memory, pad),
+        Mistake(
+            "queries-and-keys-swapped",
+            "the queries are taken from memory and the keys and values from the decoder: it is the "
+            "other way round, attention(x, memory, memory, mask).",
+        ): attend(memory, x, x, pad),
     }
     if keep is not None:
         entries |= {
-            "it ignores memory_keep: every target position also looks at the source's padding. "
-            "The mask is memory_keep laid out as one value per key (source position), "
-            "(B, 1, 1, L_src), the same for every head and target position.": attend(
-                x, memory, memory, None
-            ),
-            "the source mask has the wrong polarity: memory_keep is True at real source tokens "
-            "(may attend), so use it as it is, with no ~.": attend(x, memory, memory, ~pad),
-            "the source mask is applied to the queries (memory_keep[:, None, :, None], the "
-            "rows of the scores) instead of the keys: padding is something no query may look "
-            "at, so it masks the columns: memory_keep's L_src axis must be the last one.": attend(
-                x, memory, memory, keep[:, None, :, None]
-            ),
-            "a causal mask is added to the cross-attention: target position i may read every "
-            "real source position, before or after i (the whole source sentence is known). "
-            "Use only the source padding mask.": attend(
-                x, memory, memory, pad & torch.ones(L_tgt, L_src, dtype=torch.bool).tril()
-            ),
+            Mistake(
+                "memory-keep-ignored",
+                "it ignores memory_keep: every target position also looks at the source's padding. "
+                "The mask is memory_keep laid out as one value per key (source position), "
+                "(B, 1, 1, L_src), the same for every head and target position.",
+            ): attend(x, memory, memory, None),
+            Mistake(
+                "memory-keep-reversed",
+                "the source mask has the wrong polarity: memory_keep is True at real source tokens "
+                "(may attend), so use it as it is, with no ~.",
+            ): attend(x, memory, memory, ~pad),
+            Mistake(
+                "source-mask-on-queries",
+                "the source mask is applied to the queries (memory_keep[:, None, :, None], the "
+                "rows of the scores) instead of the keys: padding is something no query may look "
+                "at, so it masks the columns: memory_keep's L_src axis must be the last one.",
+            ): attend(x, memory, memory, keep[:, None, :, None]),
+            Mistake(
+                "causal-mask-in-cross-attention",
+                "a causal mask is added to the cross-attention: target position i may read every "
+                "real source position, before or after i (the whole source sentence is known). "
+                "Use only the source padding mask.",
+            ): attend(x, memory, memory, pad & torch.ones(L_tgt, L_src, dtype=torch.bool).tril()),
         }
     return _layers.evaluate(entries)
 
@@ -349,11 +394,12 @@ def _cross_case(B, L_tgt, L_src, D, H, seed, lengths=None, dtype=torch.float64) 
         other = memory.clone()
         other[~keep] = randn(int((~keep).sum()), D, seed=seed + 3).to(dtype) * 3.0
         if _layers.output_changes(ask, call, (x, other, part), obs.value):
-            return (
+            return Mistake(
+                "source-padding-leaks",
                 "the source padding leaks into the output: changing only the padded positions of "
                 "memory changed it. memory_keep must hide those source positions from every "
                 "query: pass memory_keep as a (B, 1, 1, L_src) mask, one value per source "
-                "position."
+                "position.",
             )
         return None
 
@@ -361,34 +407,42 @@ def _cross_case(B, L_tgt, L_src, D, H, seed, lengths=None, dtype=torch.float64) 
         text = failure.message
         scores = "The cross-attention scores have shape (B, H, L_tgt, L_src)"
         if f"got shape {(B, L_src)}" in text:
-            return (
+            return Mistake(
+                "memory-keep-shape-b-l",
                 f"{scores}: give memory_keep (B, L_src) two singleton axes for the heads and "
                 "the target positions, (B, 1, 1, L_src): one value per source position (key), "
-                "the same for every head and target position."
+                "the same for every head and target position.",
             )
         if f"got shape {(B, 1, L_src, 1)}" in text:
-            return (
+            return Mistake(
+                "source-mask-on-queries",
                 f"{scores}: (B, 1, L_src, 1) would mask target positions (the queries, the "
-                "rows). The source padding masks keys (the columns): (B, 1, 1, L_src)."
+                "rows). The source padding masks keys (the columns): (B, 1, 1, L_src).",
             )
         if "must broadcast" in text or "must match the size" in text:
-            return (
+            return Mistake(
+                "keys-values-from-decoder",
                 f"{scores}, and the mask is memory_keep as (B, 1, 1, L_src). The "
                 "keys and values must be memory, whose length is L_src: with x as keys they "
-                "would have length L_tgt."
+                "would have length L_tgt.",
             )
         if "key and value must have shape" in text:
-            return (
+            return Mistake(
+                "keys-values-from-decoder",
                 "Keys and values both come from the encoder's output: "
-                "attention(x, memory, memory, mask)."
+                "attention(x, memory, memory, mask).",
             )
         if "NoneType" in text:
-            return "memory_keep may be None (a source without padding): then pass no mask."
+            return Mistake(
+                "memory-keep-none-not-handled",
+                "memory_keep may be None (a source without padding): then pass no mask.",
+            )
         return _needs_weights(failure)
 
-    queries_from_memory = (
+    queries_from_memory = Mistake(
+        "queries-from-memory",
         "The output needs one row per target position (the queries come from x, the decoder); "
-        "yours has one per source position: the queries were taken from memory."
+        "yours has one per source position: the queries were taken from memory.",
     )
     padded = "" if keep is None else f", memory_keep of shape {(B, L_src)}"
     kind = "" if dtype == torch.float64 else f" ({dtype})"
@@ -476,9 +530,12 @@ _DROPOUTS = _layers.Dropouts(
     where="apply self.dropout1, self.dropout2 and self.dropout3 to the outputs of the "
     "self-attention, the cross-attention and the FFN, each before it is added to the residual, "
     "and self.dropout to the FFN's hidden units (after the activation)",
-    still_active="dropout is still active in eval mode (on {site}, p={q:g}): use the nn.Dropout "
-    "modules self.dropout1, self.dropout2, self.dropout3 and self.dropout, which model.eval() "
-    "switches off, not F.dropout(x, p), which drops even in eval mode.",
+    still_active=Mistake(
+        "dropout-in-eval",
+        "dropout is still active in eval mode (on {site}, p={q:g}): use the nn.Dropout "
+        "modules self.dropout1, self.dropout2, self.dropout3 and self.dropout, which model.eval() "
+        "switches off, not F.dropout(x, p), which drops even in eval mode.",
+    ),
 )
 
 
@@ -494,54 +551,85 @@ def _layer_mistakes(ref, x, memory, tgt_mask, memory_mask, norm_first, train) ->
     m = _layers.norm_mistakes(f, norm_first, "norm1, norm2 and norm3")
     if norm_first:
         m[
-            "with norm_first=True (pre-norm) it normalises memory too: norm2 belongs to the "
-            "decoder's stream only. The cross-attention reads the encoder's output as it is: "
-            "x = x + multihead_attn(norm2(x), memory, memory, memory_mask)."
+            Mistake(
+                "memory-normalised",
+                "with norm_first=True (pre-norm) it normalises memory too: norm2 belongs to the "
+                "decoder's stream only. The cross-attention reads the encoder's output as it is: "
+                "x = x + multihead_attn(norm2(x), memory, memory, memory_mask).",
+            )
         ] = f(norm_memory=True)
     m[
-        "there is no residual (skip) connection: each sub-layer's output must be added to its "
-        "input before (post-norm) or after (pre-norm) the norm."
+        Mistake(
+            "no-residual",
+            "there is no residual (skip) connection: each sub-layer's output must be added to its "
+            "input before (post-norm) or after (pre-norm) the norm.",
+        )
     ] = f(residual=(False, False, False))
     for i, name in enumerate(_SUBLAYER_NAMES):
         m[
-            f"the residual (skip) connection around {name} is missing: add the sub-layer's "
-            "input to its output."
+            Mistake(
+                "no-residual-around-a-sublayer",
+                f"the residual (skip) connection around {name} is missing: add the sub-layer's "
+                "input to its output.",
+            )
         ] = f(residual=tuple(j != i for j in range(3)))
     m |= {
         _layers.NO_ACTIVATION: f(activation=False),
-        "the sub-layers run in the wrong order: the cross-attention comes before the "
-        "self-attention. A decoder layer first lets the target positions look at each other "
-        "(masked self-attention), then at the source (cross-attention), then the FFN.": f(
-            order=(1, 0, 2)
-        ),
-        "the cross-attention's queries come from the layer's input instead of the output of the "
-        "self-attention sub-layer: each sub-layer works on the result of the one before it "
-        "(keep updating x).": f(form="stale_query"),
-        "the cross-attention takes its keys and values from the decoder "
-        "(multihead_attn(x, x, x, ...)): in cross-attention the decoder asks (queries from "
-        "x) and the encoder's output answers (keys and values from memory, with "
-        "memory_mask).": f(keys="x"),
+        Mistake(
+            "sublayers-out-of-order",
+            "the sub-layers run in the wrong order: the cross-attention comes before the "
+            "self-attention. A decoder layer first lets the target positions look at each other "
+            "(masked self-attention), then at the source (cross-attention), then the FFN.",
+        ): f(order=(1, 0, 2)),
+        Mistake(
+            "stale-query",
+            "the cross-attention's queries come from the layer's input instead of the output of "
+            "the self-attention sub-layer: each sub-layer works on the result of the one before it "
+            "(keep updating x).",
+        ): f(form="stale_query"),
+        Mistake(
+            "cross-keys-from-decoder",
+            "the cross-attention takes its keys and values from the decoder "
+            "(multihead_attn(x, x, x, ...)): in cross-attention the decoder asks (queries from "
+            "x) and the encoder's output answers (keys and values from memory, with "
+            "memory_mask).",
+        ): f(keys="x"),
     }
     if tgt_mask is not None:
         m |= {
-            "the self-attention ignores tgt_mask, so every target position sees the future. "
-            "Pass tgt_mask to self.self_attn (as it is, True = may attend); the check calls "
-            "layer(x, memory, tgt_mask=..., memory_mask=...) by keyword.": f(tgt_mask=None),
-            "it inverts tgt_mask: True already means 'may attend', so pass it to self.self_attn "
-            "as it is (no ~).": f(tgt_mask=~tgt_mask),
+            Mistake(
+                "tgt-mask-ignored",
+                "the self-attention ignores tgt_mask, so every target position sees the future. "
+                "Pass tgt_mask to self.self_attn (as it is, True = may attend); the check calls "
+                "layer(x, memory, tgt_mask=..., memory_mask=...) by keyword.",
+            ): f(tgt_mask=None),
+            Mistake(
+                "tgt-mask-inverted",
+                "it inverts tgt_mask: True already means 'may attend', so pass it to "
+                "self.self_attn as it is (no ~).",
+            ): f(tgt_mask=~tgt_mask),
         }
     if memory_mask is not None:
         m |= {
-            "the cross-attention ignores memory_mask, so the source padding leaks into every "
-            "target position. Pass memory_mask to self.multihead_attn; the check calls "
-            "layer(x, memory, tgt_mask=..., memory_mask=...) by keyword.": f(memory_mask=None),
-            "it inverts memory_mask: True already means 'may attend', so pass it to "
-            "self.multihead_attn as it is (no ~).": f(memory_mask=~memory_mask),
+            Mistake(
+                "memory-mask-ignored",
+                "the cross-attention ignores memory_mask, so the source padding leaks into every "
+                "target position. Pass memory_mask to self.multihead_attn; the check calls "
+                "layer(x, memory, tgt_mask=..., memory_mask=...) by keyword.",
+            ): f(memory_mask=None),
+            Mistake(
+                "memory-mask-inverted",
+                "it inverts memory_mask: True already means 'may attend', so pass it to "
+                "self.multihead_attn as it is (no ~).",
+            ): f(memory_mask=~memory_mask),
         }
     if tgt_mask is not None and memory_mask is not None:
         m[
-            "the masks are swapped: tgt_mask (causal) belongs to the self-attention and "
-            "memory_mask (source padding) to the cross-attention."
+            Mistake(
+                "masks-swapped",
+                "the masks are swapped: tgt_mask (causal) belongs to the self-attention and "
+                "memory_mask (source padding) to the cross-attention.",
+            )
         ] = f(swap_masks=True)
     m |= _layers.dropout_mistakes(f, ref.dropout.p, train, norm_first, _DROPOUTS)
     return _layers.catalogue(ref, train, m)
@@ -591,9 +679,10 @@ def _layer_case(
         other = x.clone()
         other[:, -1] = randn(B, D, seed=seed + 3).to(dtype)
         if _layers.output_changes(ask, call, (other, memory), obs.value, _BEFORE_LAST):
-            return (
+            return Mistake(
+                "sees-the-future",
                 "the self-attention looks at the future: changing only the last target position "
-                "changed the outputs before it. Pass tgt_mask (as it is) to self.self_attn."
+                "changed the outputs before it. Pass tgt_mask (as it is) to self.self_attn.",
             )
         return None
 
@@ -604,30 +693,34 @@ def _layer_case(
         other = memory.clone()
         other[pad] = randn(int(pad.sum()), D, seed=seed + 4).to(dtype) * 3.0
         if _layers.output_changes(ask, call, (x, other), obs.value):
-            return (
+            return Mistake(
+                "source-padding-leaks",
                 "the source padding leaks into the output: changing only the padded positions of "
-                "memory changed it. Pass memory_mask (as it is) to self.multihead_attn."
+                "memory changed it. Pass memory_mask (as it is) to self.multihead_attn.",
             )
         return None
 
     def hint(failure: Failure) -> str | None:
         text = failure.message
         if "tuple" in text:
-            return (
+            return Mistake(
+                "attention-pair-not-unpacked",
                 "self.self_attn and self.multihead_attn return a pair (output, weights): unpack "
-                "it into two names (the weights are not needed here) and use the output."
+                "it into two names (the weights are not needed here) and use the output.",
             )
         if "must broadcast" in text or "must match the size" in text:
-            return (
+            return Mistake(
+                "wrong-attention-inputs",
                 "Check which attention gets which inputs and mask: the self-attention reads x "
                 "only, with tgt_mask, scores (B, H, L_tgt, L_tgt); the cross-attention's queries "
                 "come from x and its keys and values from memory, with memory_mask, scores "
-                "(B, H, L_tgt, L_src)."
+                "(B, H, L_tgt, L_src).",
             )
         if "key and value must have shape" in text:
-            return (
+            return Mistake(
+                "cross-keys-from-decoder",
                 "The cross-attention's keys and values both come from memory (the encoder's "
-                "output); its queries come from x."
+                "output); its queries come from x.",
             )
         return None
 
@@ -760,30 +853,46 @@ def _pad_after_end(tokens: torch.Tensor, end: int, pad: int) -> torch.Tensor:
     return tokens.masked_fill(after, pad)
 
 
-_WHOLE = (
+_WHOLE = Mistake(
+    "whole-target-at-once",
     "it feeds the whole target at once: one call of the model on a buffer holding <start> and "
     "padding, with every position's prediction taken from that call. At inference the later "
     "tokens do not exist yet, so position t would predict from padding instead of the tokens "
     "chosen before it. Generate one token per call: feed <start> and everything chosen so far, "
-    "take the last position's prediction, append it, repeat."
+    "take the last position's prediction, append it, repeat.",
 )
 
 
 _DECODE_MISTAKES = {
     _WHOLE: "whole",
-    _WHOLE + " (Pad the places after <end> too.)": "whole_raw",
-    "every step predicts the token after <start> again: it reads the first position's logits, "
-    "logits[:, 0], or it never feeds its predictions back. The next token comes from the last "
-    "position, logits[:, -1], of a call on <start> and every token "
-    "chosen so far.": "first_position",
-    "it feeds the model only the last token chosen: the decoder needs the whole prefix, <start> "
-    "and every token chosen so far (its self-attention looks back at all of them).": "last_only",
-    "the places after <end> are not padding: once a sequence has produced end_id, the rest of its "
-    "row must be pad_id (keep a `finished` flag per sequence).": "no_padding",
-    "it replaces <end> itself by padding: keep the end_id token and pad only the places after "
-    "it.": "end_replaced",
-    "it stops when the first sequence has finished, so the others are cut short: keep going "
-    "until every sequence has produced end_id (or max_len tokens).": "stop_at_first",
+    Mistake("whole-target-at-once", _WHOLE + " (Pad the places after <end> too.)"): "whole_raw",
+    Mistake(
+        "reads-the-first-position",
+        "every step predicts the token after <start> again: it reads the first position's logits, "
+        "logits[:, 0], or it never feeds its predictions back. The next token comes from the last "
+        "position, logits[:, -1], of a call on <start> and every token "
+        "chosen so far.",
+    ): "first_position",
+    Mistake(
+        "feeds-only-the-last-token",
+        "it feeds the model only the last token chosen: the decoder needs the whole prefix, "
+        "<start> and every token chosen so far (its self-attention looks back at all of them).",
+    ): "last_only",
+    Mistake(
+        "no-padding-after-end",
+        "the places after <end> are not padding: once a sequence has produced end_id, the rest of "
+        "its row must be pad_id (keep a `finished` flag per sequence).",
+    ): "no_padding",
+    Mistake(
+        "end-replaced-by-padding",
+        "it replaces <end> itself by padding: keep the end_id token and pad only the places after "
+        "it.",
+    ): "end_replaced",
+    Mistake(
+        "stops-at-the-first-end",
+        "it stops when the first sequence has finished, so the others are cut short: keep going "
+        "until every sequence has produced end_id (or max_len tokens).",
+    ): "stop_at_first",
 }
 
 
@@ -794,14 +903,26 @@ def _decode_mistakes(model, src, max_len, start, end, pad, defaults: bool) -> di
     }
     if not defaults:  # the default ids instead of the arguments
         wrong_ids = {
-            "it ignores start_id, end_id and pad_id and uses the default ids 1, 2 and 0: use the "
-            "arguments, the special tokens do not always have those ids.": (1, 2, 0),
-            "it ignores start_id: its first input is <start> with the default id 1. Start from "
-            "torch.full((B, 1), start_id).": (1, end, pad),
-            "it ignores end_id: it looks for the default id 2 to know that a sequence has "
-            "finished. Compare with end_id.": (start, 2, pad),
-            "it ignores pad_id: the places after <end> hold the default id 0. Fill them with "
-            "pad_id.": (start, end, 0),
+            Mistake(
+                "ignores-special-ids",
+                "it ignores start_id, end_id and pad_id and uses the default ids 1, 2 and 0: use "
+                "the arguments, the special tokens do not always have those ids.",
+            ): (1, 2, 0),
+            Mistake(
+                "ignores-start-id",
+                "it ignores start_id: its first input is <start> with the default id 1. Start from "
+                "torch.full((B, 1), start_id).",
+            ): (1, end, pad),
+            Mistake(
+                "ignores-end-id",
+                "it ignores end_id: it looks for the default id 2 to know that a sequence has "
+                "finished. Compare with end_id.",
+            ): (start, 2, pad),
+            Mistake(
+                "ignores-pad-id",
+                "it ignores pad_id: the places after <end> hold the default id 0. Fill them with "
+                "pad_id.",
+            ): (start, end, 0),
         }
         m |= {text: _decode(model, src, max_len, *ids) for text, ids in wrong_ids.items()}
     return m
@@ -829,23 +950,31 @@ def _decode_case(B, max_len, lengths, seed, ids=(1, 2, 0), V=13) -> Case:
             return _WHOLE
         got = obs.value
         if isinstance(got, torch.Tensor) and bool((got[:, 0] == expected[:, 0]).all()):
-            return (
+            return Mistake(
+                "not-fed-back",
                 "the first token of every sequence is right but later ones are not: feed each "
                 "prediction back. The input of step t + 1 is <start> followed by every token "
-                "chosen so far, and the next token is the argmax of the last position's logits."
+                "chosen so far, and the next token is the argmax of the last position's logits.",
             )
         return None
 
     def hint(failure: Failure) -> str | None:
         if "has no attribute" in failure.message:
-            return "The check's model is only called, model(src, tgt_in) -> logits (B, L_tgt, V)."
+            return Mistake(
+                "model-attributes-used",
+                "The check's model is only called, model(src, tgt_in) -> logits (B, L_tgt, V).",
+            )
         if "integer token ids" in failure.message:
-            return (
+            return Mistake(
+                "ids-not-integers",
                 "Build the input from integer ids, e.g. torch.full((B, 1), start_id) (an int fill "
-                "value gives torch.long), and append argmax results, which are integers too."
+                "value gives torch.long), and append argmax results, which are integers too.",
             )
         if "t >= 1" in failure.message:
-            return "The first input is <start> alone: torch.full((B, 1), start_id)."
+            return Mistake(
+                "first-input-not-start",
+                "The first input is <start> alone: torch.full((B, 1), start_id).",
+            )
         return None
 
     named = "" if defaults else f", start_id={start}, end_id={end}, pad_id={pad}"
@@ -859,9 +988,13 @@ def _decode_case(B, max_len, lengths, seed, ids=(1, 2, 0), V=13) -> Case:
         letters=("(B, max_len)",),
         shape_hints=(
             {
-                (B, max_len + 1): "It returns <start> as well: return only the max_len tokens "
-                "chosen after it.",
-                (B, max_len - 1): "One token short: the loop must choose max_len tokens.",
+                (B, max_len + 1): Mistake(
+                    "returns-start-token",
+                    "It returns <start> as well: return only the max_len tokens chosen after it.",
+                ),
+                (B, max_len - 1): Mistake(
+                    "one-token-short", "One token short: the loop must choose max_len tokens."
+                ),
             },
         ),
         inputs={"args[1]": "src"},

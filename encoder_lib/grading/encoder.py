@@ -54,7 +54,7 @@ from torch import nn
 import encoder_lib
 
 from . import _layers, observe, runner
-from .feedback import GradingError
+from .feedback import GradingError, Mistake
 from .observe import Call, Failure, Forbidden, Observation
 from .runner import Ask, Case, ModuleSpec, close, keep_first, randn, reference_mode
 
@@ -135,15 +135,27 @@ def _pe_variant(max_len: int, d_model: int, kind: str) -> torch.Tensor:
 
 
 _PE_MISTAKES = {
-    "concat": "the sines fill the first half of the columns and the cosines the second half "
-    "(concatenated). They must be interleaved: column 2i holds sin and column 2i+1 holds cos of "
-    "the same angle pos / 10000^(2i/D).",
-    "column": "the frequency uses the column index j, 10000^(j/D), so columns 2i and 2i+1 get "
-    "different frequencies. Use the pair index i (i = j // 2): both columns of a pair share "
-    "10000^(2i/D).",
-    "no_two": "the exponent is i/D with the pair index i; it must be 2i/D (the factor 2 is "
-    "missing), i.e. 10000^(2i/D) where 2i is the even column of the pair.",
-    "swapped": "sin and cos are swapped: even columns 2i hold sin, odd columns 2i+1 hold cos.",
+    "concat": Mistake(
+        "pe-concatenated",
+        "the sines fill the first half of the columns and the cosines the second half "
+        "(concatenated). They must be interleaved: column 2i holds sin and column 2i+1 holds cos "
+        "of the same angle pos / 10000^(2i/D).",
+    ),
+    "column": Mistake(
+        "pe-column-index",
+        "the frequency uses the column index j, 10000^(j/D), so columns 2i and 2i+1 get "
+        "different frequencies. Use the pair index i (i = j // 2): both columns of a pair share "
+        "10000^(2i/D).",
+    ),
+    "no_two": Mistake(
+        "pe-no-factor-2",
+        "the exponent is i/D with the pair index i; it must be 2i/D (the factor 2 is "
+        "missing), i.e. 10000^(2i/D) where 2i is the even column of the pair.",
+    ),
+    "swapped": Mistake(
+        "pe-sin-cos-swapped",
+        "sin and cos are swapped: even columns 2i hold sin, odd columns 2i+1 hold cos.",
+    ),
 }
 
 
@@ -155,9 +167,10 @@ def _pe_case(max_len: int, d_model: int) -> Case:
         # The angles pos * 10000^(2i/D) are huge, so float32 rounding makes all but the first
         # rows differ from any float64 table: compare positions 0 and 1 only.
         if close(obs.value[:2], multiplied[:2], atol=2e-2, rtol=0.0):
-            return (
+            return Mistake(
+                "pe-multiplied",
                 "the position is multiplied by 10000^(2i/D); it must be divided by it, "
-                "pos / 10000^(2i/D), so that the wavelengths grow along D."
+                "pos / 10000^(2i/D), so that the wavelengths grow along D.",
             )
         return None
 
@@ -176,17 +189,26 @@ def _pe_case(max_len: int, d_model: int) -> Case:
         letters=("(max_len, D)",),
         shape_hints=(
             {
-                (max_len, 1, d_model): "That is a sequence-first (max_len, 1, D) table: return the "
-                f"plain table; {layout} broadcasts over the batch.",
-                (1, max_len, d_model): "That is a batched (1, max_len, D) table: return the plain "
-                f"table; {layout} broadcasts over the batch.",
+                (max_len, 1, d_model): Mistake(
+                    "pe-sequence-first",
+                    "That is a sequence-first (max_len, 1, D) table: return the "
+                    f"plain table; {layout} broadcasts over the batch.",
+                ),
+                (1, max_len, d_model): Mistake(
+                    "pe-batched",
+                    "That is a batched (1, max_len, D) table: return the plain "
+                    f"table; {layout} broadcasts over the batch.",
+                ),
             },
         ),
         atol=1e-4,
         rtol=0.0,
         messages={
-            "dtype": "{slot} has dtype {got}; it must be a floating-point tensor (sin and cos of "
-            "the angles, between -1 and 1)."
+            "dtype": Mistake(
+                "pe-not-float",
+                "{slot} has dtype {got}; it must be a floating-point tensor (sin and cos of "
+                "the angles, between -1 and 1).",
+            )
         },
     )
 
@@ -221,22 +243,29 @@ def _mask_case(token_ids: torch.Tensor, pad_id: int) -> Case:
     B, L = token_ids.shape
     expected = encoder_lib.padding_mask(token_ids, pad_id)  # (B, 1, 1, L)
     mistakes = {
-        "it has the wrong polarity: it is True at padding and False at real tokens. In this "
-        "course True means 'may attend' (as in F.scaled_dot_product_attention), so real tokens "
-        "are True. (PyTorch's key_padding_mask is the opposite: True = ignore.)": ~expected
+        Mistake(
+            "mask-reversed",
+            "it has the wrong polarity: it is True at padding and False at real tokens. In this "
+            "course True means 'may attend' (as in F.scaled_dot_product_attention), so real tokens "
+            "are True. (PyTorch's key_padding_mask is the opposite: True = ignore.)",
+        ): ~expected
     }
     if pad_id != 0:
         mistakes[
-            f"it compares the ids with 0 instead of pad_id = {pad_id}: use the pad_id argument, "
-            "the padding id is not always 0."
+            Mistake(
+                "pad-id-hard-coded",
+                f"it compares the ids with 0 instead of pad_id = {pad_id}: use the pad_id "
+                "argument, the padding id is not always 0.",
+            )
         ] = (token_ids != 0)[:, None, None, :]
 
     def first_difference(obs: Observation, ask: Ask) -> str | None:
         b, pos = (obs.value != expected)[:, 0, 0, :].nonzero()[0].tolist()
-        return (
+        return Mistake(
+            "mismatch",
             f"at batch {b}, position {pos} (token id {int(token_ids[b, pos])}) it gives "
             f"{bool(obs.value[b, 0, 0, pos])}, expected {bool(expected[b, 0, 0, pos])} (True "
-            "exactly where token_ids != pad_id)."
+            "exactly where token_ids != pad_id).",
         )
 
     right = f"(B, 1, 1, L) = {(B, 1, 1, L)}"
@@ -250,20 +279,32 @@ def _mask_case(token_ids: torch.Tensor, pad_id: int) -> Case:
         letters=("(B, 1, 1, L)",),
         shape_hints=(
             {
-                (B, L): "Attention scores have shape (B, H, L_q, L_k), and a mask of shape (B, L) "
-                "broadcasts against their last two dimensions (L_q, L_k): it lines the batch up "
-                "with the queries instead of masking the keys (and fails unless B = L). Add two "
-                f"singleton dimensions: {right}.",
-                (B, 1, L, 1): "That shape masks the queries (rows of the score matrix) instead of "
-                f"the keys (columns). Every query may look at every real key: use {right}.",
-                (B, 1, L): "Against scores (B, H, L_q, L_k) that shape lines the batch up with the "
-                f"heads. Use {right}.",
+                (B, L): Mistake(
+                    "mask-shape-b-l",
+                    "Attention scores have shape (B, H, L_q, L_k), and a mask of shape (B, L) "
+                    "broadcasts against their last two dimensions (L_q, L_k): it lines the batch "
+                    "up with the queries instead of masking the keys (and fails unless B = L). Add "
+                    f"two singleton dimensions: {right}.",
+                ),
+                (B, 1, L, 1): Mistake(
+                    "mask-masks-queries",
+                    "That shape masks the queries (rows of the score matrix) instead of "
+                    f"the keys (columns). Every query may look at every real key: use {right}.",
+                ),
+                (B, 1, L): Mistake(
+                    "mask-shape-b-1-l",
+                    "Against scores (B, H, L_q, L_k) that shape lines the batch up with the "
+                    f"heads. Use {right}.",
+                ),
             },
         ),
         inputs={"args[0]": "token_ids"},
         messages={
-            "dtype": "{slot} has dtype {got}; it must be boolean (torch.bool), True = may attend. "
-            "Compare the ids with pad_id (`!=`) and keep the result as it is."
+            "dtype": Mistake(
+                "mask-not-bool",
+                "{slot} has dtype {got}; it must be boolean (torch.bool), True = may attend. "
+                "Compare the ids with pad_id (`!=`) and keep the result as it is.",
+            )
         },
     )
 
@@ -318,9 +359,12 @@ _DROPOUTS = _layers.Dropouts(
     where="apply self.dropout1 to the attention output and self.dropout2 to the FFN output, each "
     "before it is added to the residual, and self.dropout to the FFN's hidden units (after the "
     "activation)",
-    still_active="dropout is still active in eval mode (on {site}, p={q:g}): use the nn.Dropout "
-    "modules self.dropout1, self.dropout and self.dropout2, which model.eval() switches off, not "
-    "F.dropout(x, p), which drops even in eval mode.",
+    still_active=Mistake(
+        "dropout-in-eval",
+        "dropout is still active in eval mode (on {site}, p={q:g}): use the nn.Dropout modules "
+        "self.dropout1, self.dropout and self.dropout2, which model.eval() switches off, not "
+        "F.dropout(x, p), which drops even in eval mode.",
+    ),
 )
 
 
@@ -334,21 +378,36 @@ def _layer_mistakes(ref, x, mask, norm_first: bool, train: bool) -> dict[str, to
         return lambda: _layer_formula(ref, x, mask, shape)
 
     m = _layers.norm_mistakes(f, norm_first, "norm1/norm2") | {
-        "there is no residual (skip) connection: each sub-layer's output must be added to its "
-        "input x before (post-norm) or after (pre-norm) the norm.": f(residual=(False, False)),
-        "the residual (skip) connection around the self-attention is missing: add the "
-        "sub-layer's input x to the attention output.": f(residual=(False, True)),
-        "the residual (skip) connection around the feed-forward network is missing: add the "
-        "FFN's input to its output.": f(residual=(True, False)),
+        Mistake(
+            "no-residual",
+            "there is no residual (skip) connection: each sub-layer's output must be added to its "
+            "input x before (post-norm) or after (pre-norm) the norm.",
+        ): f(residual=(False, False)),
+        Mistake(
+            "no-residual-around-attention",
+            "the residual (skip) connection around the self-attention is missing: add the "
+            "sub-layer's input x to the attention output.",
+        ): f(residual=(False, True)),
+        Mistake(
+            "no-residual-around-ffn",
+            "the residual (skip) connection around the feed-forward network is missing: add the "
+            "FFN's input to its output.",
+        ): f(residual=(True, False)),
         _layers.NO_ACTIVATION: f(activation=False),
     }
     if mask is not None:
         m |= {
-            "it ignores the padding mask, so padding leaks into the real positions. Pass the mask "
-            "on to self.self_attn. The check calls layer(x, mask=mask) by keyword: a parameter "
-            "with another name (say src_mask) next to **kwargs swallows it.": f(mask=None),
-            "it inverts the mask: True already means 'may attend', so pass it to self.self_attn "
-            "as it is (no ~).": f(mask=~mask),
+            Mistake(
+                "mask-ignored",
+                "it ignores the padding mask, so padding leaks into the real positions. Pass the "
+                "mask on to self.self_attn. The check calls layer(x, mask=mask) by keyword: a "
+                "parameter with another name (say src_mask) next to **kwargs swallows it.",
+            ): f(mask=None),
+            Mistake(
+                "mask-inverted",
+                "it inverts the mask: True already means 'may attend', so pass it to "
+                "self.self_attn as it is (no ~).",
+            ): f(mask=~mask),
         }
     m |= _layers.dropout_mistakes(f, ref.dropout.p, train, norm_first, _DROPOUTS)
     return _layers.catalogue(ref, train, m)
@@ -384,19 +443,21 @@ def _layer_case(
         other = x.clone()
         other[pad] = randn(int(pad.sum()), D, seed=seed + 3).to(dtype)
         if _layers.output_changes(ask, call, (other,), obs.value, ~pad):
-            return (
+            return Mistake(
+                "padding-leaks",
                 "padding leaks into the real positions: changing only the padded positions of x "
                 "changed the outputs at real positions. Pass the mask on to self.self_attn (as it "
-                "is, True = may attend); the check calls layer(x, mask=mask) by keyword."
+                "is, True = may attend); the check calls layer(x, mask=mask) by keyword.",
             )
         return None
 
     def pair_hint(failure: Failure) -> str | None:
         if "tuple" not in failure.message:
             return None
-        return (
+        return Mistake(
+            "attention-pair-not-unpacked",
             "self.self_attn returns a pair (output, weights): unpack it into two names (the "
-            "weights are not needed here) and use the output."
+            "weights are not needed here) and use the output.",
         )
 
     mode = f"norm_first={norm_first}"
@@ -508,42 +569,52 @@ def _mask_problem(mask: Any, expected: torch.Tensor, H: int) -> str | None:
     """What is wrong with the mask the forward passed to the layers, or None."""
     B, _, _, L = expected.shape
     if mask is None:
-        return (
+        return Mistake(
+            "no-mask-to-layers",
             "it runs the layers without a padding mask, so padding leaks into the real positions "
             "(their outputs would change with the padded tokens). Build the mask from token_ids "
-            "and pass it: x = layer(x, mask=mask)."
+            "and pass it: x = layer(x, mask=mask).",
         )
     if not isinstance(mask, torch.Tensor):
-        return f"the mask passed to the layers is {runner._describe(mask)}, not a torch.Tensor."
+        return Mistake(
+            "mask-not-a-tensor",
+            f"the mask passed to the layers is {runner._describe(mask)}, not a torch.Tensor.",
+        )
     if mask.dtype != torch.bool:
-        return f"the mask passed to the layers has dtype {mask.dtype}; it must be boolean. " + (
-            _MASK_AFTER
+        return Mistake(
+            "mask-not-bool",
+            f"the mask passed to the layers has dtype {mask.dtype}; it must be boolean. "
+            + (_MASK_AFTER),
         )
     if tuple(mask.shape) == (B, L) and L > 1:
-        return (
+        return Mistake(
+            "mask-shape-b-l",
             f"the mask passed to the layers has shape (B, L) = {(B, L)}, which broadcasts against "
-            f"the queries instead of the keys; it must be (B, 1, 1, L). {_MASK_AFTER}"
+            f"the queries instead of the keys; it must be (B, 1, 1, L). {_MASK_AFTER}",
         )
     target = (B, H, L, L)
     fits = mask.dim() <= 4 and all(
         m in (1, t) for m, t in zip(reversed(mask.shape), reversed(target), strict=False)
     )
     if not fits:
-        return (
+        return Mistake(
+            "mask-wrong-shape",
             f"the mask passed to the layers has shape {tuple(mask.shape)}; it must be "
-            f"(B, 1, 1, L) = {(B, 1, 1, L)}. {_MASK_AFTER}"
+            f"(B, 1, 1, L) = {(B, 1, 1, L)}. {_MASK_AFTER}",
         )
     got = mask.expand(target)
     if torch.equal(got, expected.expand(target)):
         return None
     if torch.equal(got, (~expected).expand(target)):
-        return (
+        return Mistake(
+            "mask-reversed",
             "the mask passed to the layers has the wrong polarity: True at padding. True means "
-            f"'may attend', so it must be True at the real tokens. {_MASK_AFTER}"
+            f"'may attend', so it must be True at the real tokens. {_MASK_AFTER}",
         )
-    return (
+    return Mistake(
+        "mask-does-not-match-padding",
         "the mask passed to the layers does not match the padding of token_ids (True exactly "
-        f"where token_ids != self.pad_id, shape (B, 1, 1, L)). {_MASK_AFTER}"
+        f"where token_ids != self.pad_id, shape (B, 1, 1, L)). {_MASK_AFTER}",
     )
 
 
@@ -649,10 +720,11 @@ def _sequence_first_hint(failure: Failure, B: int, L: int, D: int) -> str | None
     wanted = f"tensor a ({B}) must match the size of tensor b ({L}) at non-singleton dimension 0"
     if wanted not in failure.message:
         return None
-    return (
+    return Mistake(
+        "pe-sequence-first",
         "That is what adding a sequence-first positional encoding, (L, 1, D), to batch-first x "
         f"(B, L, D) does: with one sentence the sum has shape (L, L, D) = {(L, L, D)}, with more "
-        "it fails. Add the (L, D) table self.pe[:L], which broadcasts over the batch."
+        "it fails. Add the (L, D) table self.pe[:L], which broadcasts over the batch.",
     )
 
 
@@ -660,27 +732,39 @@ def _judge_encoder(s: _EncoderSetup, case: Case, obs: Observation, ask: Ask) -> 
     parts = obs.info.get("parts", {})
     if not parts.get("embedding"):
         raise GradingError(
-            "self.embedding should be the given encoder_lib.TokenEmbedding: keep the given "
-            "__init__."
+            Mistake(
+                "embedding-replaced",
+                "self.embedding should be the given encoder_lib.TokenEmbedding: keep the given "
+                "__init__.",
+            )
         )
     if parts.get("layers") != s.N:
         raise GradingError(
-            f"self.layers should be an nn.ModuleList of num_layers = {s.N} EncoderLayers: keep "
-            "the given __init__."
+            Mistake(
+                "layers-replaced",
+                f"self.layers should be an nn.ModuleList of num_layers = {s.N} EncoderLayers: keep "
+                "the given __init__.",
+            )
         )
     log: list[dict[str, Any]] = obs.info.get("log", [])
     for entry in log:
         if entry["keywords"]:
             raise GradingError(
-                f"it calls the layers with the keyword {', '.join(entry['keywords'])}, but "
-                "EncoderLayer.forward takes (x, mask=None): pass the mask as mask=mask. (A "
-                "misspelt keyword is dangerous: a layer whose forward has **kwargs would swallow "
-                "it and silently ignore the padding mask.)"
+                Mistake(
+                    "misspelt-mask-keyword",
+                    f"it calls the layers with the keyword {', '.join(entry['keywords'])}, but "
+                    "EncoderLayer.forward takes (x, mask=None): pass the mask as mask=mask. (A "
+                    "misspelt keyword is dangerous: a layer whose forward has **kwargs would "
+                    "swallow it and silently ignore the padding mask.)",
+                )
             )
     if not log:
         raise GradingError(
-            "it never runs the layers in self.layers (for layer in self.layers: "
-            "x = layer(x, mask=mask))."
+            Mistake(
+                "layers-never-run",
+                "it never runs the layers in self.layers (for layer in self.layers: "
+                "x = layer(x, mask=mask)).",
+            )
         )
     problem = _mask_problem(log[0]["mask"], s.mask, s.H)
     if problem:
@@ -689,23 +773,33 @@ def _judge_encoder(s: _EncoderSetup, case: Case, obs: Observation, ask: Ask) -> 
     for entry in log:
         if entry.get("error"):
             raise GradingError(
-                f"layer {entry['index']} raised {entry['error']} on the input your forward gave "
-                "it: pass x (B, L, D) and the mask (B, 1, 1, L)."
+                Mistake(
+                    "bad-layer-input",
+                    f"layer {entry['index']} raised {entry['error']} on the input your forward "
+                    "gave it: pass x (B, L, D) and the mask (B, 1, 1, L).",
+                )
             )
     order = [entry["index"] for entry in log]
     if order != list(range(s.N)):
         raise GradingError(
-            f"it runs the layers in the order {order}; each of the {s.N} layers in self.layers "
-            f"must run once, in order {list(range(s.N))}."
+            Mistake(
+                "layers-out-of-order",
+                f"it runs the layers in the order {order}; each of the {s.N} layers in self.layers "
+                f"must run once, in order {list(range(s.N))}.",
+            )
         )
     for entry in log[1:]:
         problem = _mask_problem(entry["mask"], s.mask, s.H)
         if problem:
-            raise GradingError(f"(layer {entry['index']}) {problem}")
+            raise GradingError(f"(layer {entry['index']}) {problem}", mistake=problem.id)
     _judge_chain(s, log)
     last = s.layers[-1](log[-1]["x"], s.mask).detach()
     if not close(obs.value, last) and close(obs.value, log[0]["x"]):
-        raise GradingError("it returns the embeddings, not the output of the last layer.")
+        raise GradingError(
+            Mistake(
+                "returns-embeddings", "it returns the embeddings, not the output of the last layer."
+            )
+        )
     runner.judge(dataclasses.replace(case, judge=None), obs, ask)
 
 
@@ -719,47 +813,80 @@ def _judge_first_input(s: _EncoderSetup, case: Case, obs: Observation, ask: Ask)
         if s.train:
             dropped_output = close(obs.value, s.dropout(s.run_layers(s.x0)))
             never = (
-                "self.dropout is applied to the output of the last layer instead: the layers "
-                "have their own dropout; self.dropout goes once, on the sum embedding + "
-                "positional encoding, before the layers."
+                Mistake(
+                    "dropout-on-output",
+                    "self.dropout is applied to the output of the last layer instead: the layers "
+                    "have their own dropout; self.dropout goes once, on the sum embedding + "
+                    "positional encoding, before the layers.",
+                )
                 if dropped_output
-                else "self.dropout is never applied. In training mode the sum embedding + "
-                "positional encoding goes through self.dropout before the layers."
+                else Mistake(
+                    "dropout-missing",
+                    "self.dropout is never applied. In training mode the sum embedding + "
+                    "positional encoding goes through self.dropout before the layers.",
+                )
             )
-            wrong = "dropout is in the wrong place: it is applied to {} only. Apply self.dropout "
-            wrong += "once, to the sum x = self.dropout(embedding + positional encoding)."
+            wrong = (
+                "dropout is in the wrong place: it is applied to {} only. Apply self.dropout "
+                "once, to the sum x = self.dropout(embedding + positional encoding)."
+            )
             m = {
                 never: s.x0,
-                wrong.format("the token embeddings"): s.first_input("drop_embedding"),
-                wrong.format("the positional encoding"): s.first_input("drop_pe"),
-                "self.dropout is applied twice to embedding + positional encoding: apply it "
-                "once.": s.first_input("twice_dropped"),
+                Mistake("dropout-on-embeddings-only", wrong.format("the token embeddings")): (
+                    s.first_input("drop_embedding")
+                ),
+                Mistake("dropout-on-pe-only", wrong.format("the positional encoding")): (
+                    s.first_input("drop_pe")
+                ),
+                Mistake(
+                    "dropout-twice",
+                    "self.dropout is applied twice to embedding + positional encoding: apply it "
+                    "once.",
+                ): s.first_input("twice_dropped"),
             }
         else:
             m = {
-                "self.dropout is still active in eval mode: use self.dropout (an nn.Dropout, "
-                "which model.eval() switches off), not F.dropout(x, p), which drops even in eval "
-                "mode.": s.dropout(s.x0)
+                Mistake(
+                    "dropout-in-eval",
+                    "self.dropout is still active in eval mode: use self.dropout (an nn.Dropout, "
+                    "which model.eval() switches off), not F.dropout(x, p), which drops even in "
+                    "eval mode.",
+                ): s.dropout(s.x0)
             }
         structural = {
-            "no positional encoding is added to the embeddings: without it the encoder cannot "
-            "tell positions apart (permuting the input tokens would just permute the outputs). "
-            "Add self.pe[:L].": "no_pe",
-            "the token embeddings are multiplied by sqrt(D) a second time: TokenEmbedding "
-            "already scales by sqrt(D), so add the positional encoding to "
-            "self.embedding(token_ids) as it is.": "twice",
-            "the token embeddings are not scaled by sqrt(D): call self.embedding(token_ids) "
-            "(TokenEmbedding multiplies by sqrt(D)), not the inner nn.Embedding.": "unscaled",
-            "the positional encoding is scaled by sqrt(D) together with the embeddings: only the "
-            "token embedding is scaled (TokenEmbedding does it); add self.pe[:L] "
-            "afterwards.": "pe_scaled",
+            Mistake(
+                "no-positional-encoding",
+                "no positional encoding is added to the embeddings: without it the encoder cannot "
+                "tell positions apart (permuting the input tokens would just permute the outputs). "
+                "Add self.pe[:L].",
+            ): "no_pe",
+            Mistake(
+                "embeddings-scaled-twice",
+                "the token embeddings are multiplied by sqrt(D) a second time: TokenEmbedding "
+                "already scales by sqrt(D), so add the positional encoding to "
+                "self.embedding(token_ids) as it is.",
+            ): "twice",
+            Mistake(
+                "embeddings-not-scaled",
+                "the token embeddings are not scaled by sqrt(D): call self.embedding(token_ids) "
+                "(TokenEmbedding multiplies by sqrt(D)), not the inner nn.Embedding.",
+            ): "unscaled",
+            Mistake(
+                "pe-scaled",
+                "the positional encoding is scaled by sqrt(D) together with the embeddings: only "
+                "the token embedding is scaled (TokenEmbedding does it); add self.pe[:L] "
+                "afterwards.",
+            ): "pe_scaled",
         }
         if B != L:
             structural[
-                "the positional encoding of position b is added to every token of sentence b: "
-                "the table was indexed with the batch size x.size(0), as in sequence-first code "
-                "where the table has shape (max_len, 1, D). With batch-first x (B, L, D), add "
-                "self.pe[:L] with L = x.size(1)."
+                Mistake(
+                    "pe-indexed-by-batch",
+                    "the positional encoding of position b is added to every token of sentence b: "
+                    "the table was indexed with the batch size x.size(0), as in sequence-first "
+                    "code where the table has shape (max_len, 1, D). With batch-first x (B, L, D), "
+                    "add self.pe[:L] with L = x.size(1).",
+                )
             ] = "by_batch"
         for text, kind in structural.items():  # in training, followed by the right dropout
             wrong_input = s.first_input(kind)
@@ -773,9 +900,10 @@ def _judge_first_input(s: _EncoderSetup, case: Case, obs: Observation, ask: Ask)
         out = ask_(s.call(ids, train=False)).value
         moved = ask_(s.call(ids[:, perm], train=False)).value
         if isinstance(out, torch.Tensor) and out.dim() == 3 and close(moved, out[:, perm]):
-            return (
+            return Mistake(
+                "no-positional-encoding",
                 "the encoder has no positional information: permuting the input tokens just "
-                "permutes the outputs. Add the positional encoding self.pe[:L] to the embeddings."
+                "permutes the outputs. Add the positional encoding self.pe[:L] to the embeddings.",
             )
         return None
 
@@ -788,9 +916,12 @@ def _judge_first_input(s: _EncoderSetup, case: Case, obs: Observation, ask: Ask)
         slots=("the input of the first layer (embedding + positional encoding)",),
         shape_hints=(
             {
-                (L, L, s.D): "The positional encoding is sequence-first, (L, 1, D), but x is "
-                "batch-first (B, L, D): with one sentence the sum has shape (L, L, D). Add the "
-                "(L, D) table self.pe[:L], which broadcasts over the batch."
+                (L, L, s.D): Mistake(
+                    "pe-sequence-first",
+                    "The positional encoding is sequence-first, (L, 1, D), but x is "
+                    "batch-first (B, L, D): with one sentence the sum has shape (L, L, D). Add the "
+                    "(L, D) table self.pe[:L], which broadcasts over the batch.",
+                )
             },
         ),
     )
@@ -809,17 +940,27 @@ def _judge_chain(s: _EncoderSetup, log: list[dict[str, Any]]) -> None:
             continue
         if close(entry["x"], first):
             raise GradingError(
-                "it discards the layers' outputs; every layer gets the embeddings. Feed each "
-                "layer's output to the next: x = layer(x, mask=mask)."
+                Mistake(
+                    "layer-outputs-discarded",
+                    "it discards the layers' outputs; every layer gets the embeddings. Feed each "
+                    "layer's output to the next: x = layer(x, mask=mask).",
+                )
             )
         if s.train and close(entry["x"], s.dropout(previous)):
             raise GradingError(
-                "it applies self.dropout between the layers too: each layer has its own dropout; "
-                "self.dropout goes once, on embedding + positional encoding, before the layers."
+                Mistake(
+                    "dropout-between-layers",
+                    "it applies self.dropout between the layers too: each layer has its own "
+                    "dropout; self.dropout goes once, on embedding + positional encoding, before "
+                    "the layers.",
+                )
             )
         raise GradingError(
-            f"layer {i} does not get the output of layer {i - 1}. Feed each layer's output to "
-            "the next."
+            Mistake(
+                "layers-not-chained",
+                f"layer {i} does not get the output of layer {i - 1}. Feed each layer's output to "
+                "the next.",
+            )
         )
 
 

@@ -27,7 +27,7 @@ from torch import nn
 import encoder_lib
 
 from . import observe
-from .feedback import ForbiddenCallError, GradingError
+from .feedback import ForbiddenCallError, GradingError, Mistake
 from .observe import Call, Failure, Forbidden, Observation, deterministic_dropout
 from .runner import Ask, Case, ModuleSpec, close, randn, reference_mode, register_given
 
@@ -58,36 +58,42 @@ _ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {"relu": F.rel
 
 # --- exercise 1: FeedForward ---------------------------------------------------------------------
 
-_EVAL_DROPOUT = (
+_EVAL_DROPOUT = Mistake(
+    "dropout-in-eval",
     "dropout is still active in eval mode. Use self.dropout (the nn.Dropout module, which "
     "model.eval() switches off) or pass training=self.training to F.dropout; F.dropout's "
-    "training=True default drops units even in eval mode."
+    "training=True default drops units even in eval mode.",
 )
-_EVAL_VARIES = "its eval-mode output changes from one call to the next: " + _EVAL_DROPOUT
+_EVAL_VARIES = Mistake(
+    "dropout-in-eval", "its eval-mode output changes from one call to the next: " + _EVAL_DROPOUT
+)
 _PLACE = "linear2(dropout(activation(linear1(x))))"
 
 
 def _missing(p: float) -> str:
-    return (
+    return Mistake(
+        "dropout-missing",
         f"its train-mode output equals its eval-mode output: dropout is missing in training. "
         f"With p = {p} about {p:.0%} of the hidden units should be zeroed in train mode. Apply "
-        "self.dropout to the activated hidden layer, just before linear2."
+        "self.dropout to the activated hidden layer, just before linear2.",
     )
 
 
 def _not_rescaled(p: float) -> str:
-    return (
+    return Mistake(
+        "dropout-not-rescaled",
         "the hidden units that dropout keeps are not rescaled. Inverted dropout multiplies them "
         f"by 1 / (1 - p) = {1 / (1 - p):.4g} so that the expected output is the same in training "
-        "and evaluation: use self.dropout (nn.Dropout)."
+        "and evaluation: use self.dropout (nn.Dropout).",
     )
 
 
-def _wrong_scale(p: float, factor: float, why: str) -> str:
-    return (
+def _wrong_scale(p: float, factor: float, why: str, mistake: str = "dropout-wrong-scale") -> str:
+    return Mistake(
+        mistake,
         f"{why}the hidden units that are kept are multiplied by {factor:.4g} instead of "
         f"1 / (1 - p) = {1 / (1 - p):.4g}. Use self.dropout, whose p is the dropout argument, "
-        "once (not a hard-coded probability, not twice)."
+        "once (not a hard-coded probability, not twice).",
     )
 
 
@@ -95,26 +101,33 @@ _KEEP = (
     "it passes the keep probability 1 - p where dropout expects the probability p of zeroing a "
     "unit: "
 )
-_ON_OUTPUT = (
+_ON_OUTPUT = Mistake(
+    "dropout-on-output",
     "dropout acts on linear2's output (whole output features are zeroed). It belongs on the "
-    f"hidden units: {_PLACE}."
+    f"hidden units: {_PLACE}.",
 )
-_ON_INPUT = (
+_ON_INPUT = Mistake(
+    "dropout-on-input",
     f"dropout is applied to the input x: dropout belongs between the activation and linear2, "
-    f"{_PLACE}."
+    f"{_PLACE}.",
 )
-_BEFORE_ACTIVATION = f"dropout is applied before the activation; it belongs after it: {_PLACE}."
-_ELSEWHERE = (
+_BEFORE_ACTIVATION = Mistake(
+    "dropout-before-activation",
+    f"dropout is applied before the activation; it belongs after it: {_PLACE}.",
+)
+_ELSEWHERE = Mistake(
+    "dropout-misplaced",
     "its train-mode output is not linear2 applied to the activated hidden units with some of "
     f"them dropped: dropout belongs between the activation and linear2, {_PLACE}, and nowhere "
-    "else."
+    "else.",
 )
-_OWN_MASK = (
+_OWN_MASK = Mistake(
+    "dropout-own-mask",
     "it drops hidden units with a mask of its own (drawn by hand with torch.rand..., or by "
     "another dropout function). Use self.dropout (or "
     "F.dropout(h, self.dropout.p, training=self.training)): while checking, dropout makes "
     "reproducible decisions so that your module can be compared with the reference in train "
-    "mode, and a mask of your own cannot be."
+    "mode, and a mask of your own cannot be.",
 )
 
 
@@ -173,47 +186,71 @@ class _FFN:
                 m = {
                     _missing(p): lin2(h),
                     _not_rescaled(p): lin2(drop(h) * (1 - p)),
-                    "it drops 0% of the hidden units: it scales them all by 1 / (1 - p) but never "
-                    "zeroes any. Use self.dropout, which zeroes each unit with probability p and "
-                    "rescales the others.": lin2(h / (1 - p)),
-                    _wrong_scale(p, 1 / (1 - p) ** 2, "it applies dropout twice: "): (
-                        lin2(drop(drop(h)))
-                    ),
-                    _wrong_scale(p, 1 / p, _KEEP): lin2(drop(h, 1 - p)),
+                    Mistake(
+                        "dropout-drops-nothing",
+                        "it drops 0% of the hidden units: it scales them all by 1 / (1 - p) but "
+                        "never zeroes any. Use self.dropout, which zeroes each unit with "
+                        "probability p and rescales the others.",
+                    ): lin2(h / (1 - p)),
+                    _wrong_scale(
+                        p, 1 / (1 - p) ** 2, "it applies dropout twice: ", "dropout-twice"
+                    ): (lin2(drop(drop(h)))),
+                    _wrong_scale(p, 1 / p, _KEEP, "keep-probability"): lin2(drop(h, 1 - p)),
                 }
                 for q in (0.1, 0.5, 0.2):
                     if q != p:
                         why = f"it drops with a fixed p = {q} instead of the dropout argument: "
-                        m[_wrong_scale(p, 1 / (1 - q), why)] = lin2(drop(h, q))
+                        m[_wrong_scale(p, 1 / (1 - q), why, "fixed-dropout-p")] = lin2(drop(h, q))
                 m[_ON_OUTPUT] = drop(lin2(h))
                 m[_ON_INPUT] = lin2(act(lin1(drop(x))))
                 m[_BEFORE_ACTIVATION] = lin2(act(drop(lin1(x))))
                 return m
             m = {
-                "the activation is missing. Without it linear2(linear1(x)) collapses into a "
-                "single affine map of x (see 'Why the non-linearity matters'): apply "
-                "self.activation between linear1 and linear2.": lin2(lin1(x)),
-                "the activation is applied after linear2 instead of between linear1 and "
-                "linear2 (the FFN's output must be free to take any sign).": act(lin2(lin1(x))),
-                "the activation is applied after linear2 as well: only the hidden layer "
-                "(between linear1 and linear2) gets one.": act(lin2(h)),
-                "the activation is applied to the input x before linear1; it belongs between "
-                "linear1 and linear2.": lin2(lin1(act(x))),
-                "you added the input x to the output. That is the residual connection, which the "
-                "encoder layer adds around the FFN (notebook 5); the FFN itself returns only "
-                "linear2(...).": x + lin2(h),
+                Mistake(
+                    "no-activation",
+                    "the activation is missing. Without it linear2(linear1(x)) collapses into a "
+                    "single affine map of x (see 'Why the non-linearity matters'): apply "
+                    "self.activation between linear1 and linear2.",
+                ): lin2(lin1(x)),
+                Mistake(
+                    "activation-after-linear2",
+                    "the activation is applied after linear2 instead of between linear1 and "
+                    "linear2 (the FFN's output must be free to take any sign).",
+                ): act(lin2(lin1(x))),
+                Mistake(
+                    "activation-after-linear2-too",
+                    "the activation is applied after linear2 as well: only the hidden layer "
+                    "(between linear1 and linear2) gets one.",
+                ): act(lin2(h)),
+                Mistake(
+                    "activation-on-input",
+                    "the activation is applied to the input x before linear1; it belongs between "
+                    "linear1 and linear2.",
+                ): lin2(lin1(act(x))),
+                Mistake(
+                    "residual-inside-ffn",
+                    "you added the input x to the output. That is the residual connection, which "
+                    "the encoder layer adds around the FFN (notebook 5); the FFN itself returns "
+                    "only linear2(...).",
+                ): x + lin2(h),
             }
             if self.act == "gelu":
                 m[
-                    "you used GELU's tanh approximation (approximate='tanh'); self.activation "
-                    "is F.gelu, the exact GELU x·Φ(x)."
+                    Mistake(
+                        "gelu-tanh",
+                        "you used GELU's tanh approximation (approximate='tanh'); self.activation "
+                        "is F.gelu, the exact GELU x·Φ(x).",
+                    )
                 ] = lin2(F.gelu(lin1(x), approximate="tanh"))
                 wrong, other = "ReLU", lin2(F.relu(lin1(x)))
             else:
                 wrong, other = "GELU", lin2(F.gelu(lin1(x)))
             m[
-                f"you used {wrong} although activation={self.act!r} was requested: call "
-                "self.activation, which the given __init__ sets from the activation argument."
+                Mistake(
+                    "wrong-activation",
+                    f"you used {wrong} although activation={self.act!r} was requested: call "
+                    "self.activation, which the given __init__ sets from the activation argument.",
+                )
             ] = other
             if p > 0:
                 m[_EVAL_DROPOUT] = lin2(drop(h))
@@ -279,9 +316,10 @@ def _read_back(p: float, act: str) -> Callable[[Observation, Ask], str | None]:
         if abs(factor - scale) > 1e-6 * scale:
             return _wrong_scale(p, factor, "")
         if not 0.4 * p <= fraction <= min(1.0, 1.6 * p):
-            return (
+            return Mistake(
+                "dropout-wrong-rate",
                 f"it drops {fraction:.0%} of the hidden units, but dropout with p = {p} should "
-                f"drop about {p:.0%}. Use self.dropout."
+                f"drop about {p:.0%}. Use self.dropout.",
             )
         return _OWN_MASK
 
@@ -292,15 +330,17 @@ def _hint(d_model: int, d_ff: int, rank: int) -> Callable[[Failure], str | None]
     def hint(failure: Failure) -> str | None:
         shape_words = ("cannot be multiplied", "size of tensor", "size mismatch", "must match")
         if failure.error == "RuntimeError" and any(w in failure.message for w in shape_words):
-            return (
+            return Mistake(
+                "layers-in-wrong-order",
                 f"The input has D = {d_model} features, so it must go through linear1 (D -> "
                 f"d_ff = {d_ff}) first and linear2 (d_ff -> D) last: check the order of your "
-                "layers."
+                "layers.",
             )
         if rank != 3 and failure.phase == "call":
-            return (
+            return Mistake(
+                "fixed-rank",
                 f"This input has {rank} dimension(s): forward must accept any leading "
-                "dimensions, (..., D)."
+                "dimensions, (..., D).",
             )
         return None
 
@@ -332,8 +372,11 @@ def _ffn_case(
         shape_hints=(
             {
                 (*shape[:-1], d_ff): (
-                    f"Its last size is the hidden width d_ff = {d_ff}: the hidden layer must go "
-                    "through linear2 back to D."
+                    Mistake(
+                        "no-linear2",
+                        f"Its last size is the hidden width d_ff = {d_ff}: the hidden layer must "
+                        "go through linear2 back to D.",
+                    )
                 )
             },
         ),
@@ -407,23 +450,40 @@ def _reference_count(d_model: int, d_ff: int) -> int:
 
 def _count_mistakes(D: int, d_ff: int, expected: int) -> dict[str, int]:
     mistakes = {
-        "you left out the biases (linear1 has d_ff of them, linear2 has D).": 2 * D * d_ff,
-        "you left out linear2's bias (D numbers, one per output feature).": 2 * D * d_ff + d_ff,
-        "you left out linear1's bias (d_ff numbers, one per hidden unit).": 2 * D * d_ff + D,
-        "linear2's bias has D entries (its output size), not d_ff.": 2 * D * d_ff + 2 * d_ff,
-        "linear1's bias has d_ff entries (its output size), not D.": 2 * D * d_ff + 2 * D,
-        "you counted only one weight matrix: linear1's is d_ff x D and linear2's is D x d_ff.": D
+        Mistake(
+            "no-biases", "you left out the biases (linear1 has d_ff of them, linear2 has D)."
+        ): 2 * D * d_ff,
+        Mistake(
+            "no-linear2-bias", "you left out linear2's bias (D numbers, one per output feature)."
+        ): 2 * D * d_ff + d_ff,
+        Mistake(
+            "no-linear1-bias", "you left out linear1's bias (d_ff numbers, one per hidden unit)."
+        ): 2 * D * d_ff + D,
+        Mistake("linear2-bias-size", "linear2's bias has D entries (its output size), not d_ff."): 2
+        * D
         * d_ff
-        + d_ff
-        + D,
-        "you counted only one weight matrix and no biases.": D * d_ff,
+        + 2 * d_ff,
+        Mistake("linear1-bias-size", "linear1's bias has d_ff entries (its output size), not D."): 2
+        * D
+        * d_ff
+        + 2 * D,
+        Mistake(
+            "one-weight-matrix",
+            "you counted only one weight matrix: linear1's is d_ff x D and linear2's is D x d_ff.",
+        ): D * d_ff + d_ff + D,
+        Mistake(
+            "one-weight-matrix-no-biases", "you counted only one weight matrix and no biases."
+        ): D * d_ff,
     }
     if d_ff != 4 * D:
         mistakes[
-            "you assumed d_ff = 4·D: use the d_ff argument (4·D is only the usual choice)."
+            Mistake(
+                "d-ff-assumed-4d",
+                "you assumed d_ff = 4·D: use the d_ff argument (4·D is only the usual choice).",
+            )
         ] = 8 * D * D + 5 * D
     return {
-        f"it returned {value}, expected {expected}: {why}": value
+        Mistake(why.id, f"it returned {value}, expected {expected}: {why}"): value
         for why, value in mistakes.items()
         if value != expected
     }
@@ -434,9 +494,10 @@ def _count_case(d_model: int, d_ff: int) -> Case:
     what = f"count_parameters({d_model}, {d_ff})"
 
     def unexplained(obs: Observation, ask: Ask) -> str:
-        return (
+        return Mistake(
+            "mismatch",
             f"it returned {obs.value}, expected {expected}. Count linear1 (a d_ff x D weight and "
-            "d_ff biases) and linear2 (a D x d_ff weight and D biases)."
+            "d_ff biases) and linear2 (a D x d_ff weight and D biases).",
         )
 
     return Case(
@@ -464,12 +525,14 @@ def _count_rewrite(error: GradingError, case: Case, passed: list[Case]) -> Gradi
         return ForbiddenCallError(
             f"it builds a module ({built[1] if built else 'a built-in'}) to count its "
             "parameters, which earns no points: this exercise asks for the formula. Count the "
-            "entries of each weight matrix and bias from d_model and d_ff."
+            "entries of each weight matrix and bias from d_model and d_ff.",
+            mistake=error.mistake,
         )
     if " should be a Python int, got " in error.problem:
         return GradingError(
             error.problem.replace(" should be ", " should return ", 1).rstrip(".")
-            + ". Use integer arithmetic (*, +, //) and no tensors or floats."
+            + ". Use integer arithmetic (*, +, //) and no tensors or floats.",
+            mistake=error.mistake,
         )
     return error
 
@@ -488,22 +551,37 @@ def _gelu_mistakes(x: torch.Tensor) -> dict[str, torch.Tensor]:
     erf, root2 = torch.erf, math.sqrt(2.0)
     density = torch.exp(-x * x / 2) / math.sqrt(2 * math.pi)
     return {
-        "this is GELU's tanh approximation 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))). The "
-        f"exercise asks for the exact GELU x·Φ(x), written with the error function: {_PHI}.": (
-            F.gelu(x, approximate="tanh")
-        ),
-        "this is the sigmoid approximation x·sigmoid(1.702·x). The exercise asks for the exact "
-        f"GELU x·Φ(x) with {_PHI}.": x * torch.sigmoid(1.702 * x),
-        f"erf must be evaluated at x/√2: {_PHI}.": 0.5 * x * (1 + erf(x)),
-        f"erf must be evaluated at x/√2 (you multiplied by √2 instead of dividing): {_PHI}.": (
-            0.5 * x * (1 + erf(x * root2))
-        ),
-        f"the factor ½ is missing: {_PHI}.": x * (1 + erf(x / root2)),
-        "you returned Φ(x), the Gaussian CDF, instead of x·Φ(x).": 0.5 * (1 + erf(x / root2)),
-        "you used the Gaussian density φ(x) = exp(-x²/2)/√(2π) where the cumulative "
-        "distribution Φ(x) belongs.": x * density,
-        f"erf(x/√2) equals 2·Φ(x) - 1, not Φ(x): {_PHI}.": x * erf(x / root2),
-        "this is ReLU. GELU is x·Φ(x): smooth, and slightly negative for negative x.": F.relu(x),
+        Mistake(
+            "gelu-tanh",
+            "this is GELU's tanh approximation 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))). The "
+            f"exercise asks for the exact GELU x·Φ(x), written with the error function: {_PHI}.",
+        ): (F.gelu(x, approximate="tanh")),
+        Mistake(
+            "gelu-sigmoid",
+            "this is the sigmoid approximation x·sigmoid(1.702·x). The exercise asks for the exact "
+            f"GELU x·Φ(x) with {_PHI}.",
+        ): x * torch.sigmoid(1.702 * x),
+        Mistake("erf-not-at-x-over-sqrt2", f"erf must be evaluated at x/√2: {_PHI}."): 0.5
+        * x
+        * (1 + erf(x)),
+        Mistake(
+            "erf-at-x-times-sqrt2",
+            f"erf must be evaluated at x/√2 (you multiplied by √2 instead of dividing): {_PHI}.",
+        ): (0.5 * x * (1 + erf(x * root2))),
+        Mistake("no-half", f"the factor ½ is missing: {_PHI}."): x * (1 + erf(x / root2)),
+        Mistake("returned-phi", "you returned Φ(x), the Gaussian CDF, instead of x·Φ(x)."): 0.5
+        * (1 + erf(x / root2)),
+        Mistake(
+            "density-for-cdf",
+            "you used the Gaussian density φ(x) = exp(-x²/2)/√(2π) where the cumulative "
+            "distribution Φ(x) belongs.",
+        ): x * density,
+        Mistake("erf-for-phi", f"erf(x/√2) equals 2·Φ(x) - 1, not Φ(x): {_PHI}."): x
+        * erf(x / root2),
+        Mistake(
+            "gelu-is-relu",
+            "this is ReLU. GELU is x·Φ(x): smooth, and slightly negative for negative x.",
+        ): F.relu(x),
     }
 
 

@@ -13,10 +13,18 @@ or the environment variable ``ENCODER_LAB_FULL_TRACEBACK=1``.
 from __future__ import annotations
 
 import os
+import re
 import textwrap
 import traceback
 
-__all__ = ["GradingError", "ForbiddenCallError", "Hinted", "hint", "show_full_tracebacks"]
+__all__ = [
+    "GradingError",
+    "ForbiddenCallError",
+    "Hinted",
+    "Mistake",
+    "hint",
+    "show_full_tracebacks",
+]
 
 WIDTH = 96
 """Lines are wrapped to this width: the notebook's and the feedback page's boxes show them whole."""
@@ -41,6 +49,45 @@ class Hinted(str):
         self = super().__new__(cls, message)
         self.hint = hint
         return self
+
+
+MISTAKE_ID = re.compile(r"[a-z0-9]+(-[a-z0-9]+)*")
+"""What a mistake id looks like: lowercase words joined by hyphens (``scaled-by-d-k``)."""
+
+
+class Mistake(str):
+    """A named mistake: its wording, and an id that does not change when the wording does.
+
+    A catalogue entry is written ``Mistake("scaled-by-d-k", "the scores are divided by d_k
+    ..."): value``, and a probe returns a ``Mistake`` too. It reads as its wording everywhere
+    (the catalogue stays ``{wording: value}``); the id goes with the ``GradingError`` it becomes,
+    into the verdict autograde records (``encoder_lib.autograde.judge``) and the instructor's
+    report, which counts mistakes by id. One mistake, one id: entries that word it for different
+    cases share it, and so may the same mistake in two exercises. ``format`` keeps the id (and
+    the hint) and fills in the wording.
+
+    Args:
+        id: lowercase words joined by hyphens.
+        text: the wording the student reads (a ``Hinted`` keeps its hint).
+        hint: a more concrete hint, shown on request (``hint()``).
+    """
+
+    id: str
+    hint: str | None
+
+    def __new__(cls, id: str, text: str, hint: str | None = None) -> Mistake:
+        if not MISTAKE_ID.fullmatch(id):
+            raise ValueError(f"a mistake id is lowercase words joined by hyphens, got {id!r}")
+        self = super().__new__(cls, text)
+        self.id = id
+        self.hint = hint or getattr(text, "hint", None)
+        return self
+
+    def __getnewargs__(self) -> tuple[str, str, str | None]:  # type: ignore[override]
+        return self.id, str(self), self.hint
+
+    def format(self, *args: object, **kwargs: object) -> Mistake:
+        return Mistake(self.id, str.format(self, *args, **kwargs), self.hint)
 
 
 _last: list[GradingError] = []
@@ -78,7 +125,11 @@ class GradingError(AssertionError):
         exercise: which exercise, e.g. ``"Exercise 1 · layer_norm"``.
         where: the student's line that raised, when the failure is an exception from their code.
         hint: a more concrete hint, printed by ``hint()`` on request (by default the one
-            carried by a ``Hinted`` problem).
+            carried by a ``Hinted`` or ``Mistake`` problem).
+        mistake: the id of the mistake (by default the one carried by a ``Mistake`` problem);
+            None for a message nothing names.
+        root: when the mistake lives in an earlier exercise that this one calls, that
+            exercise's test cell (``root_title`` its title); None when it lives here.
     """
 
     headline = "not right yet"
@@ -90,6 +141,9 @@ class GradingError(AssertionError):
         exercise: str | None = None,
         where: str | None = None,
         hint: str | None = None,
+        mistake: str | None = None,
+        root: str | None = None,
+        root_title: str | None = None,
     ):
         super().__init__(problem)
         self.problem = str(problem)
@@ -97,6 +151,9 @@ class GradingError(AssertionError):
         self.tried = tried
         self.exercise = exercise
         self.where = where
+        self.mistake = mistake or getattr(problem, "id", None)
+        self.root = root
+        self.root_title = root_title
 
     def located(self, exercise: str | None = None, tried: str | None = None) -> GradingError:
         """The same error with ``exercise`` and ``tried`` filled in where they were missing."""

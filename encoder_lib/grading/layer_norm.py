@@ -32,6 +32,7 @@ import torch.nn.functional as F
 import encoder_lib
 
 from . import observe
+from .feedback import Mistake
 from .observe import Call, Forbidden, Observation, Part
 from .runner import Ask, Case, ModuleSpec, close, randn, register_given
 
@@ -106,56 +107,99 @@ def _mistakes(x, w, b, eps: float, n: SimpleNamespace) -> dict[str, torch.Tensor
         m[description] = _variant(x, w, b, eps, **how)
 
     catalogue: dict[str, dict[str, Any]] = {
-        "it divides by `std + eps`, the formula of some tutorials. torch.std is the unbiased "
-        "standard deviation (it divides by D - 1), and eps is added outside the square root. "
-        "LayerNorm divides by sqrt(var + eps) with the biased variance "
-        "(divide by D).": {"correction": 1, "eps_at": "outside"},
-        "it divides by the unbiased standard deviation with no eps at all (`x.std(dim=-1)` "
-        "divides by D - 1). LayerNorm divides by sqrt(var + eps), with the biased variance "
-        "(divide by D) and eps inside the square root.": {"correction": 1, "eps_at": "none"},
-        "it uses the unbiased variance, dividing by D - 1 (the default of torch.var and "
-        "torch.std). LayerNorm uses the biased variance, dividing by D: "
-        "`x.var(dim=-1, unbiased=False, keepdim=True)` or the mean of the squared "
-        "deviations.": {"correction": 1},
-        f"eps is added outside the square root, (x - mean) / (sqrt(var) + {n.eps}). It belongs "
-        f"inside: (x - mean) / sqrt(var + {n.eps}). The two differ most when the variance is "
-        "tiny, exactly where eps matters.": {"eps_at": "outside"},
-        "it has no eps at all: dividing by sqrt(var) (or by the std) divides by zero when a "
-        f"position's D features are all equal. Add {n.eps} inside the square root: "
-        f"sqrt(var + {n.eps}).": {"eps_at": "none"},
-        f"it ignores {n.weight} and {n.bias} (the gain gamma and the offset beta): multiply "
-        f"the normalised x by {n.weight}, then add {n.bias}.": {"affine": "none"},
-        f"it ignores {n.weight} (the gain gamma): multiply the normalised x by it.": {
-            "affine": "bias"
+        Mistake(
+            "std-plus-eps",
+            "it divides by `std + eps`, the formula of some tutorials. torch.std is the unbiased "
+            "standard deviation (it divides by D - 1), and eps is added outside the square root. "
+            "LayerNorm divides by sqrt(var + eps) with the biased variance "
+            "(divide by D).",
+        ): {"correction": 1, "eps_at": "outside"},
+        Mistake(
+            "unbiased-std-no-eps",
+            "it divides by the unbiased standard deviation with no eps at all (`x.std(dim=-1)` "
+            "divides by D - 1). LayerNorm divides by sqrt(var + eps), with the biased variance "
+            "(divide by D) and eps inside the square root.",
+        ): {"correction": 1, "eps_at": "none"},
+        Mistake(
+            "unbiased-variance",
+            "it uses the unbiased variance, dividing by D - 1 (the default of torch.var and "
+            "torch.std). LayerNorm uses the biased variance, dividing by D: "
+            "`x.var(dim=-1, unbiased=False, keepdim=True)` or the mean of the squared "
+            "deviations.",
+        ): {"correction": 1},
+        Mistake(
+            "eps-outside-sqrt",
+            f"eps is added outside the square root, (x - mean) / (sqrt(var) + {n.eps}). It belongs "
+            f"inside: (x - mean) / sqrt(var + {n.eps}). The two differ most when the variance is "
+            "tiny, exactly where eps matters.",
+        ): {"eps_at": "outside"},
+        Mistake(
+            "no-eps",
+            "it has no eps at all: dividing by sqrt(var) (or by the std) divides by zero when a "
+            f"position's D features are all equal. Add {n.eps} inside the square root: "
+            f"sqrt(var + {n.eps}).",
+        ): {"eps_at": "none"},
+        Mistake(
+            "no-weight-no-bias",
+            f"it ignores {n.weight} and {n.bias} (the gain gamma and the offset beta): multiply "
+            f"the normalised x by {n.weight}, then add {n.bias}.",
+        ): {"affine": "none"},
+        Mistake(
+            "no-weight", f"it ignores {n.weight} (the gain gamma): multiply the normalised x by it."
+        ): {"affine": "bias"},
+        Mistake("no-bias", f"it ignores {n.bias} (the offset beta): add it after the gain."): {
+            "affine": "weight"
         },
-        f"it ignores {n.bias} (the offset beta): add it after the gain.": {"affine": "weight"},
-        f"it adds {n.bias} before multiplying by {n.weight}. The output is "
-        f"x_hat * {n.weight} + {n.bias}: scale first, then shift.": {"affine": "bias_first"},
+        Mistake(
+            "bias-before-weight",
+            f"it adds {n.bias} before multiplying by {n.weight}. The output is "
+            f"x_hat * {n.weight} + {n.bias}: scale first, then shift.",
+        ): {"affine": "bias_first"},
     }
     for description, how in catalogue.items():
         add(description, **how)
     axis = "it normalises over the wrong axis: "
     own = "LayerNorm normalises each position over its own D features"
     if x.dim() >= 2 and x.shape[0] > 1:
-        add(axis + f"the batch axis (dim 0), the way BatchNorm does. {own}: dim=-1.", dims=(0,))
+        add(
+            Mistake(
+                "normalises-over-batch",
+                axis + f"the batch axis (dim 0), the way BatchNorm does. {own}: dim=-1.",
+            ),
+            dims=(0,),
+        )
     if x.dim() == 3 and x.shape[1] > 1:
         add(
-            axis + f"the sequence axis (dim 1), mixing the positions of a sentence. {own}: dim=-1.",
+            Mistake(
+                "normalises-over-sequence",
+                axis
+                + f"the sequence axis (dim 1), mixing the positions of a sentence. {own}: dim=-1.",
+            ),
             dims=(1,),
         )
     if x.dim() >= 3:
         add(
-            axis + f"over all the features of a whole sequence at once. {own} only: dim=-1.",
+            Mistake(
+                "normalises-over-whole-sequence",
+                axis + f"over all the features of a whole sequence at once. {own} only: dim=-1.",
+            ),
             dims=tuple(range(1, x.dim())),
         )
     if x.dim() >= 2:
         add(
-            axis + f"over the whole tensor at once. {own} only: dim=-1.", dims=tuple(range(x.dim()))
+            Mistake(
+                "normalises-over-everything",
+                axis + f"over the whole tensor at once. {own} only: dim=-1.",
+            ),
+            dims=tuple(range(x.dim())),
         )
     if eps != _DEFAULT_EPS:
         add(
-            f"it ignores {n.eps_source}: with eps={eps:g} your output is the one for eps=1e-5. "
-            f"Use {n.eps} instead of a fixed number.",
+            Mistake(
+                "eps-ignored",
+                f"it ignores {n.eps_source}: with eps={eps:g} your output is the one for eps=1e-5. "
+                f"Use {n.eps} instead of a fixed number.",
+            ),
             eps=_DEFAULT_EPS,
         )
     return m
@@ -265,10 +309,11 @@ class _Form:
         def rank_hint(failure: observe.Failure) -> str | None:
             if "out of range" not in failure.message:
                 return None
-            return (
+            return Mistake(
+                "fixed-rank",
                 f"This test passes an input with {x.dim()} dimension(s), shape {tuple(x.shape)}: "
                 "normalise over dim=-1 (the last axis) so that any number of leading dimensions "
-                "works."
+                "works.",
             )
 
         return Case(
@@ -287,10 +332,11 @@ class _Form:
         """No known mistake matched: look for a property that explains the difference."""
         got, names = obs.value, self.names
         if bool(torch.isnan(got).any()) and bool((x == x[..., :1]).all(dim=-1).any()):
-            return (
+            return Mistake(
+                "no-eps",
                 "it gives NaN for a position whose D features are all equal: its variance "
                 "is 0, so dividing by sqrt(var) divides by zero. That is what eps is for: "
-                f"divide by sqrt(var + {names.eps}), with eps inside the square root."
+                f"divide by sqrt(var + {names.eps}), with eps inside the square root.",
             )
 
         def rerun(x_: torch.Tensor, w_: torch.Tensor, b_: torch.Tensor) -> Any:
@@ -307,34 +353,38 @@ class _Form:
             other = rerun(changed, w, b)
             if isinstance(other, torch.Tensor) and not close(other[rest], got[rest]):
                 mixes = "mix the batch (as BatchNorm does)" if axis == 0 else "mix positions"
-                return (
+                return Mistake(
+                    "normalises-over-wrong-axis",
                     f"it normalises over the wrong axis. Changing the {where} changed the "
                     f"output of the others, so your statistics {mixes}. LayerNorm uses only each "
-                    "position's own D features: dim=-1."
+                    "position's own D features: dim=-1.",
                 )
         plain = rerun(x, torch.ones_like(w), torch.zeros_like(b))
         usable = isinstance(plain, torch.Tensor) and plain.shape == x.shape
         if not usable or not bool(torch.isfinite(plain).all()):
             return None
         if float(plain.mean(dim=-1).abs().max()) > 1e-6:
-            return (
+            return Mistake(
+                "not-centred",
                 f"with {names.weight} = 1 and {names.bias} = 0 the D outputs of a position should "
                 "have mean 0, and yours do not. Subtract each position's mean over the last "
-                "dimension (keepdim=True so that it broadcasts)."
+                "dimension (keepdim=True so that it broadcasts).",
             )
         var = x.var(dim=-1, correction=0)
         actual_eps = _DEFAULT_EPS if eps is None else eps
         if not close(plain.var(dim=-1, correction=0), var / (var + actual_eps), 1e-6, 1e-4):
-            return (
+            return Mistake(
+                "wrong-variance",
                 f"with {names.weight} = 1 and {names.bias} = 0 each position's output should have "
                 "variance var / (var + eps), about 1, and yours does not. Divide (x - mean) by "
                 f"sqrt(var + {names.eps}), where var is the mean of (x - mean) ** 2 over the last "
-                "dimension."
+                "dimension.",
             )
         if not close(got, plain * w + b):
-            return (
+            return Mistake(
+                "wrong-affine",
                 "the normalisation is right but the gain and offset are not applied as "
-                f"x_hat * {names.weight} + {names.bias} (elementwise, over the last dimension)."
+                f"x_hat * {names.weight} + {names.bias} (elementwise, over the last dimension).",
             )
         return None
 
@@ -401,34 +451,71 @@ def _arrangements(x, sub, norm, norm_first: bool) -> tuple[torch.Tensor, dict[st
         norm_twice, norm_output = norm(x + sub(normed)), x + norm(sub(x))
         if norm_first:
             return pre, {
-                "it computes post-norm, norm(x + sublayer(x)), but norm_first=True asks for "
-                "pre-norm: x + sublayer(norm(x)) (the norm is in the wrong place).": post,
-                "it is missing the residual connection: it returns sublayer(norm(x)). Add x "
-                "back: x + sublayer(norm(x)).": sub(normed),
-                "the residual adds the normalised x, norm(x) + sublayer(norm(x)). The residual "
-                "path must carry the original x untouched: x + sublayer(norm(x)).": normed
-                + sub(normed),
-                "it applies the norm twice (before the sublayer and after the sum): pre-norm "
-                "normalises only the sublayer's input, x + sublayer(norm(x)).": norm_twice,
-                "it applies the norm twice: x + sublayer(norm(x)) calls norm once.": x
-                + sub(norm(normed)),
-                "it never applies the norm: pre-norm is x + sublayer(norm(x)).": no_norm,
-                "it normalises the sublayer's output instead of its input: pre-norm is "
-                "x + sublayer(norm(x)).": norm_output,
+                Mistake(
+                    "post-norm-instead-of-pre-norm",
+                    "it computes post-norm, norm(x + sublayer(x)), but norm_first=True asks for "
+                    "pre-norm: x + sublayer(norm(x)) (the norm is in the wrong place).",
+                ): post,
+                Mistake(
+                    "no-residual",
+                    "it is missing the residual connection: it returns sublayer(norm(x)). Add x "
+                    "back: x + sublayer(norm(x)).",
+                ): sub(normed),
+                Mistake(
+                    "normalised-skip",
+                    "the residual adds the normalised x, norm(x) + sublayer(norm(x)). The residual "
+                    "path must carry the original x untouched: x + sublayer(norm(x)).",
+                ): normed + sub(normed),
+                Mistake(
+                    "norm-twice",
+                    "it applies the norm twice (before the sublayer and after the sum): pre-norm "
+                    "normalises only the sublayer's input, x + sublayer(norm(x)).",
+                ): norm_twice,
+                Mistake(
+                    "norm-twice",
+                    "it applies the norm twice: x + sublayer(norm(x)) calls norm once.",
+                ): x + sub(norm(normed)),
+                Mistake(
+                    "no-norm", "it never applies the norm: pre-norm is x + sublayer(norm(x))."
+                ): no_norm,
+                Mistake(
+                    "norm-on-sublayer-output",
+                    "it normalises the sublayer's output instead of its input: pre-norm is "
+                    "x + sublayer(norm(x)).",
+                ): norm_output,
             }
         return post, {
-            "it computes pre-norm, x + sublayer(norm(x)), but norm_first=False (the default) "
-            "asks for post-norm: norm(x + sublayer(x)) (the norm is in the wrong place).": pre,
-            "it is missing the residual connection: it returns norm(sublayer(x)). Add x "
-            "before normalising: norm(x + sublayer(x)).": norm(sub(x)),
-            "it is missing the residual connection and the norm: it returns sublayer(x). "
-            "Post-norm is norm(x + sublayer(x)).": sub(x),
-            "it never applies the norm: post-norm is norm(x + sublayer(x)).": no_norm,
-            "it applies the norm twice (before the sublayer and after the sum): post-norm is "
-            "norm(x + sublayer(x)), with one norm, after the sum.": norm_twice,
-            "it applies the norm twice: post-norm is norm(x + sublayer(x)).": norm(post),
-            "it normalises the sublayer's output before adding x: post-norm normalises the "
-            "sum, norm(x + sublayer(x)).": norm_output,
+            Mistake(
+                "pre-norm-instead-of-post-norm",
+                "it computes pre-norm, x + sublayer(norm(x)), but norm_first=False (the default) "
+                "asks for post-norm: norm(x + sublayer(x)) (the norm is in the wrong place).",
+            ): pre,
+            Mistake(
+                "no-residual",
+                "it is missing the residual connection: it returns norm(sublayer(x)). Add x "
+                "before normalising: norm(x + sublayer(x)).",
+            ): norm(sub(x)),
+            Mistake(
+                "no-residual-no-norm",
+                "it is missing the residual connection and the norm: it returns sublayer(x). "
+                "Post-norm is norm(x + sublayer(x)).",
+            ): sub(x),
+            Mistake(
+                "no-norm", "it never applies the norm: post-norm is norm(x + sublayer(x))."
+            ): no_norm,
+            Mistake(
+                "norm-twice",
+                "it applies the norm twice (before the sublayer and after the sum): post-norm is "
+                "norm(x + sublayer(x)), with one norm, after the sum.",
+            ): norm_twice,
+            Mistake(
+                "norm-twice", "it applies the norm twice: post-norm is norm(x + sublayer(x))."
+            ): norm(post),
+            Mistake(
+                "norm-on-sublayer-output",
+                "it normalises the sublayer's output before adding x: post-norm normalises the "
+                "sum, norm(x + sublayer(x)).",
+            ): norm_output,
         }
 
 
@@ -442,26 +529,31 @@ def _block_case(x: torch.Tensor, parts: tuple[Part, Part], norm_first: bool | No
     def call_count(obs: Observation, ask: Ask) -> str | None:
         sub_calls, norm_calls = obs.info.get("parts", [1, 1])
         if norm_calls > 1:
-            return f"it applies the norm {norm_calls} times; {kind} applies it exactly once."
+            return Mistake(
+                "norm-called-more-than-once",
+                f"it applies the norm {norm_calls} times; {kind} applies it exactly once.",
+            )
         if norm_calls == 0:
-            return "it never calls norm."
+            return Mistake("no-norm", "it never calls norm.")
         if sub_calls == 0:
-            return "it never calls sublayer."
+            return Mistake("no-sublayer", "it never calls sublayer.")
         return None
 
     def once_each(obs: Observation, ask: Ask) -> str | None:
         sub_calls, norm_calls = obs.info.get("parts", [1, 1])
         if sub_calls != 1:
-            return (
+            return Mistake(
+                "sublayer-called-more-than-once",
                 f"it calls sublayer {sub_calls} times: call it once and reuse the result (a "
                 "sublayer with dropout would give a different output on each call, and every "
-                "call costs a full attention or feed-forward pass)."
+                "call costs a full attention or feed-forward pass).",
             )
         if norm_calls != 1:
-            return (
+            return Mistake(
+                "norm-called-more-than-once",
                 f"it calls norm {norm_calls} times; {kind} applies it exactly once (the norm "
                 "applied twice is a different, wrong layer as soon as the gain and offset are "
-                "learnt)."
+                "learnt).",
             )
         return None
 
@@ -500,9 +592,10 @@ def _block_cases(thorough: bool) -> Iterator[Case]:
         atol=1e-12,
         rtol=0.0,
         probes=(
-            lambda obs, ask: (
+            lambda obs, ask: Mistake(
+                "skip-path-not-identity",
                 "it should return x unchanged (x + 0): the residual path carries x itself, "
-                "untouched by the norm. Yours does not."
+                "untouched by the norm. Yours does not.",
             ),
         ),
     )
@@ -526,9 +619,10 @@ def _block_cases(thorough: bool) -> Iterator[Case]:
         case.call = dataclasses.replace(case.call, grad=("args[0]",), upstream=(upstream,))
         case.what += ", backpropagating"
         case.grads = {"args[0]": gradient(norm_first, cut_skip=False)}
-        skip_cut = (
+        skip_cut = Mistake(
+            "skip-path-detached",
             "no gradient flows along the skip path (is x detached there?). The identity path is "
-            "the point of a residual connection: x + ... must use x itself."
+            "the point of a residual connection: x + ... must use x itself.",
         )
         case.grad_mistakes = {"args[0]": {skip_cut: gradient(norm_first, cut_skip=True)}}
         yield case

@@ -45,7 +45,7 @@ import encoder_lib
 from encoder_lib import mlm
 
 from . import observe, runner
-from .feedback import GradingError
+from .feedback import GradingError, Mistake
 from .observe import Call, Failure, Forbidden, Observation
 from .runner import Case, ModuleSpec, keep_first, randn, reference_mode
 
@@ -182,71 +182,81 @@ def _mask_problem(s: _Sentences, p: float, corrupted: torch.Tensor, labels: torc
     chosen = labels != IGNORE
     if not bool((labels == IGNORE).any()):
         if bool((labels == ids).all()):
-            return (
+            return Mistake(
+                "labels-everywhere",
                 "the labels hold the original id at every position. The loss must only score "
                 f"the chosen tokens: put {IGNORE} (the index F.cross_entropy ignores) wherever "
-                "a token was not chosen."
+                "a token was not chosen.",
             )
         if bool(((labels == 0) | (labels == ids)).all()):
-            return (
+            return Mistake(
+                "labels-zero",
                 "the labels are 0 where no token was chosen, but 0 is the id of <pad>, a real "
                 f"class the loss would train the model to predict. Use {IGNORE}, the label "
-                "F.cross_entropy ignores."
+                "F.cross_entropy ignores.",
             )
     if bool((labels[chosen] != ids[chosen]).any()):
         if bool((labels[chosen] == corrupted[chosen]).all()):
-            return (
+            return Mistake(
+                "labels-corrupted",
                 "the labels hold the corrupted ids (mostly <mask>) at the chosen positions: the "
                 "model must learn to predict the original token, so the label is the id that was "
-                "there before corruption."
+                "there before corruption.",
             )
-        return (
+        return Mistake(
+            "labels-wrong",
             "some labels are neither -100 nor the original id at their position: a label is "
-            "the id the model should recover, the token_ids value before corruption."
+            "the id the model should recover, the token_ids value before corruption.",
         )
     special = chosen & ~ordinary
     if bool(special.any()):
         kinds = sorted({_special_name(int(i)) for i in ids[special]})
-        return (
+        return Mistake(
+            "special-tokens-chosen",
             f"it chooses special tokens ({', '.join(kinds)}) for corruption. Only ordinary "
             f"tokens, ids >= first_word_id = {s.first_word_id}, may be chosen: there is nothing "
-            "to learn from predicting padding or <start>, and the loss would reward it."
+            "to learn from predicting padding or <start>, and the loss would reward it.",
         )
     if bool((corrupted[~chosen] != ids[~chosen]).any()):
-        return (
+        return Mistake(
+            "unchosen-changed",
             "it changes tokens at positions it did not choose (their label is -100). Every "
             "position whose label is -100 must keep its original id; only chosen positions are "
-            "corrupted, and each chosen position gets its original id as label."
+            "corrupted, and each chosen position gets its original id as label.",
         )
     drawn = chosen & (corrupted != s.mask_id) & (corrupted != ids)
     values = corrupted[drawn]
     if bool(((values < s.first_word_id) | (values >= s.vocab_size)).any()):
         low, high = int(values.min()), int(values.max())
         if 0 <= low < s.first_word_id and _share(corrupted[chosen] == low, chosen) > 0.5:
-            return (
+            return Mistake(
+                "mask-id-hard-coded",
                 f"it replaces chosen tokens with id {low}, not with mask_id = {s.mask_id}: use "
-                "the argument, whose value depends on the vocabulary."
+                "the argument, whose value depends on the vocabulary.",
             )
-        return (
+        return Mistake(
+            "random-ids-outside-words",
             f"its random replacements include ids outside the ordinary words (seen: {low} to "
             f"{high}): draw them uniformly from first_word_id = {s.first_word_id} up to "
-            f"vocab_size - 1 = {s.vocab_size - 1}, never a special token."
+            f"vocab_size - 1 = {s.vocab_size - 1}, never a special token.",
         )
     expected = p * ordinary.sum(dim=1).double()
     if bool(((chosen.sum(dim=1) - expected).abs() < 1.0).all()):
-        return (
+        return Mistake(
+            "fixed-count",
             "every sentence gets the same share of chosen tokens (a fixed count, round(p x "
             "length) or similar). BERT chooses each token independently with probability p, so "
             "the count varies from sentence to sentence; a fixed count also tells the model how "
-            "many masks to expect."
+            "many masks to expect.",
         )
     rate, n = _share(chosen, ordinary), float(ordinary.sum())
     margin = 4.5 * math.sqrt(p * (1 - p) / n) + 0.002
     if abs(rate - p) > margin:
-        return (
+        return Mistake(
+            "wrong-choice-rate",
             f"it chose {rate:.1%} of the ordinary tokens, but each should be chosen with "
             f"probability p = {p}, so about {p:.0%} of them. Draw one uniform number per "
-            "position and compare it with p (and use the argument p, not a fixed number)."
+            "position and compare it with p (and use the argument p, not a fixed number).",
         )
     n_chosen = float(chosen.sum())
     masked = _share(corrupted[chosen] == s.mask_id, chosen)
@@ -255,27 +265,31 @@ def _mask_problem(s: _Sentences, p: float, corrupted: torch.Tensor, labels: torc
     random_share = 1.0 - masked - kept
     margin = 4.5 * math.sqrt(0.16 / n_chosen) + 0.01
     if masked > 1.0 - margin:
-        return (
+        return Mistake(
+            "every-chosen-masked",
             "every chosen token becomes <mask>. BERT replaces only 80% of them with <mask>; "
             "10% get a random ordinary token and 10% stay as they were. The model never sees "
-            "<mask> after pretraining, so it must also learn to check tokens that look normal."
+            "<mask> after pretraining, so it must also learn to check tokens that look normal.",
         )
     if abs(masked - 0.8) > margin:
-        return (
+        return Mistake(
+            "wrong-mask-share",
             f"{masked:.1%} of the chosen tokens became <mask>; it should be about 80% (and 10% "
             "random, 10% unchanged). Draw one more uniform number per chosen position to decide "
-            "which of the three happens."
+            "which of the three happens.",
         )
     if random_share < 0.02:
-        return (
+        return Mistake(
+            "no-random-replacement",
             "no chosen token is replaced by a random word: 80% should become <mask>, 10% a "
-            "random ordinary token and 10% stay unchanged."
+            "random ordinary token and 10% stay unchanged.",
         )
     expected_kept = 0.1 + 0.1 / words  # a random draw may give the original back
     if abs(kept - expected_kept) > 4.5 * math.sqrt(0.09 / n_chosen) + 0.01:
-        return (
+        return Mistake(
+            "wrong-kept-share",
             f"{kept:.1%} of the chosen tokens keep their original id and {random_share:.1%} get "
-            "a random one; each should be about 10%."
+            "a random one; each should be about 10%.",
         )
     return None
 
@@ -289,16 +303,18 @@ def _randomness_problem(obs: Observation) -> str | None:
     again, other = obs.info.get("runs", (None, None))
     same = runner.close(again, first) if again is not None else True
     if not same:
-        return (
+        return Mistake(
+            "global-generator",
             "called twice with generators seeded alike, it gave different results: some of its "
             "random numbers come from torch's global generator. Pass generator=generator to "
             "every random function (torch.rand, torch.randint, torch.bernoulli...), so that a "
-            "seeded generator makes the corruption reproducible."
+            "seeded generator makes the corruption reproducible.",
         )
     if other is not None and runner.close(other, first):
-        return (
+        return Mistake(
+            "not-random",
             "with a differently seeded generator it chose exactly the same tokens: the choice "
-            "must be random, drawn from the generator passed in."
+            "must be random, drawn from the generator passed in.",
         )
     return None
 
@@ -345,8 +361,11 @@ def _head_variants(model, ids: torch.Tensor) -> dict[str, torch.Tensor]:
         model.eval()
         with reference_mode(), torch.no_grad():
             m[
-                "dropout is off in training mode: forward must not switch the model to eval "
-                "mode; model.train() and model.eval() are the caller's job."
+                Mistake(
+                    "eval-in-forward",
+                    "dropout is off in training mode: forward must not switch the model to eval "
+                    "mode; model.train() and model.eval() are the caller's job.",
+                )
             ] = model(ids)
         model.train()
     with reference_mode(), torch.no_grad():
@@ -356,31 +375,50 @@ def _head_variants(model, ids: torch.Tensor) -> dict[str, torch.Tensor]:
         x = model.positions(model.embedding(ids))
         unmasked = model.encoder(x, None)
         return m | {
-            "softmax is applied: forward returns logits, raw scores, and the loss applies "
-            "log-softmax itself (softmax twice flattens every prediction).": logits.softmax(-1),
-            "log_softmax is applied: forward returns logits, raw scores; the loss takes the "
-            "log-softmax itself.": F.log_softmax(logits, dim=-1),
-            "the head's transform is skipped: the encoder's output goes straight to the output "
-            "layer. The head first transforms each position (self.dense, GELU, self.norm), then "
-            "scores it against the embeddings.": h @ E.T + b,
-            "the transform's steps are in the wrong order: it normalises before the GELU. The head "
-            "is self.dense, then GELU, then self.norm, so that the output layer reads normalised "
-            "vectors.": (F.gelu(model.norm(model.dense(h))) @ E.T + b),
-            "the transform uses ReLU; this head (BERT's) uses GELU between self.dense and "
-            "self.norm.": model.norm(F.relu(model.dense(h))) @ E.T + b,
-            "the transform has no norm: self.norm comes after the GELU.": (
+            Mistake(
+                "softmax-applied",
+                "softmax is applied: forward returns logits, raw scores, and the loss applies "
+                "log-softmax itself (softmax twice flattens every prediction).",
+            ): logits.softmax(-1),
+            Mistake(
+                "log-softmax-applied",
+                "log_softmax is applied: forward returns logits, raw scores; the loss takes the "
+                "log-softmax itself.",
+            ): F.log_softmax(logits, dim=-1),
+            Mistake(
+                "no-transform",
+                "the head's transform is skipped: the encoder's output goes straight to the output "
+                "layer. The head first transforms each position (self.dense, GELU, self.norm), "
+                "then scores it against the embeddings.",
+            ): h @ E.T + b,
+            Mistake(
+                "norm-before-gelu",
+                "the transform's steps are in the wrong order: it normalises before the GELU. The "
+                "head is self.dense, then GELU, then self.norm, so that the output layer reads "
+                "normalised vectors.",
+            ): (F.gelu(model.norm(model.dense(h))) @ E.T + b),
+            Mistake(
+                "relu-not-gelu",
+                "the transform uses ReLU; this head (BERT's) uses GELU between self.dense and "
+                "self.norm.",
+            ): model.norm(F.relu(model.dense(h))) @ E.T + b,
+            Mistake("no-norm", "the transform has no norm: self.norm comes after the GELU."): (
                 F.gelu(model.dense(h)) @ E.T + b
             ),
-            "the transform has no GELU between self.dense and self.norm.": (
+            Mistake("no-gelu", "the transform has no GELU between self.dense and self.norm."): (
                 model.norm(model.dense(h)) @ E.T + b
             ),
-            "the output bias self.bias is not added: the output layer is the tied embedding "
-            "weight and its own bias, one number per token of the vocabulary.": right @ E.T,
-            "the encoder runs without the padding mask: real tokens attend to padding. "
-            "self.encode builds the mask for you; if you call the encoder yourself, give it the "
-            "padding mask (True at real tokens).": (
-                model.norm(F.gelu(model.dense(unmasked))) @ E.T + b
-            ),
+            Mistake(
+                "no-output-bias",
+                "the output bias self.bias is not added: the output layer is the tied embedding "
+                "weight and its own bias, one number per token of the vocabulary.",
+            ): right @ E.T,
+            Mistake(
+                "no-padding-mask",
+                "the encoder runs without the padding mask: real tokens attend to padding. "
+                "self.encode builds the mask for you; if you call the encoder yourself, give it "
+                "the padding mask (True at real tokens).",
+            ): (model.norm(F.gelu(model.dense(unmasked))) @ E.T + b),
         }
 
 
@@ -419,10 +457,13 @@ def _model_case(
             ((x @ model.embedding.weight.detach().T + model.bias) * upstream[0]).sum().backward()
         grad_mistakes = {
             "parameters.embedding.weight": {
-                "the output layer uses a detached copy of the embedding (.detach(), .data or a "
-                "tensor made from it), so only the input side trains it. With weight tying the "
-                "output layer's gradient must reach self.embedding.weight too: use the "
-                "parameter itself.": model.embedding.weight.grad.clone()
+                Mistake(
+                    "detached-tie",
+                    "the output layer uses a detached copy of the embedding (.detach(), .data or a "
+                    "tensor made from it), so only the input side trains it. With weight tying the "
+                    "output layer's gradient must reach self.embedding.weight too: use the "
+                    "parameter itself.",
+                ): model.embedding.weight.grad.clone()
             }
         }
         model.zero_grad(set_to_none=True)
@@ -450,10 +491,16 @@ def _model_case(
         letters=("(B, L, V)",),
         shape_hints=(
             {
-                (B, vocab, L): "That is (B, V, L): the vocabulary axis must come last, one row "
-                "of V scores per position (mlm_loss and fill_mask read them that way).",
-                (B, L, 8): "That is (B, L, D): the head stops before the output layer, which "
-                "scores each transformed position against the V token embeddings.",
+                (B, vocab, L): Mistake(
+                    "vocabulary-axis-not-last",
+                    "That is (B, V, L): the vocabulary axis must come last, one row "
+                    "of V scores per position (mlm_loss and fill_mask read them that way).",
+                ),
+                (B, L, 8): Mistake(
+                    "no-output-layer",
+                    "That is (B, L, D): the head stops before the output layer, which "
+                    "scores each transformed position against the V token embeddings.",
+                ),
             },
         ),
         module=ModuleSpec(
@@ -478,9 +525,10 @@ def _model_case(
 
 def _model_hint(failure: Failure) -> str | None:
     if "mat1 and mat2" in failure.message or "cannot be multiplied" in failure.message:
-        return (
+        return Mistake(
+            "embedding-not-transposed",
             "self.embedding.weight has shape (V, D), one row per token. To score a (B, L, D) "
-            "tensor against every token, multiply by its transpose, (D, V)."
+            "tensor against every token, multiply by its transpose, (D, V).",
         )
     return None
 
@@ -515,28 +563,43 @@ def _loss_variants(logits: torch.Tensor, labels: torch.Tensor) -> dict[str, torc
     per = nll(F.log_softmax(logits, dim=-1))
     mean = (per * w).sum() / w.sum()
     m = {
-        "it divides by every position, B x L, instead of by the number of chosen tokens: the "
-        "loss shrinks as fewer tokens are chosen. Average over the chosen positions only.": (
-            (per * w).sum() / per.numel()
-        ),
-        "it averages each sentence's chosen tokens, then averages the sentences: a token in a "
-        "sentence with few chosen tokens weighs more than one in a sentence with many. Average "
-        "over all chosen positions of the batch at once.": (((per * w).sum(1) / w.sum(1)).mean()),
-        "it returns the sum over the chosen tokens: average it (divide by their number), so "
-        "that the loss does not grow with the batch.": (per * w).sum(),
-        f"positions whose label is {IGNORE} are scored too (as if their label were 0, or "
-        "another id): only positions with a real label count.": per.mean(),
-        "it applies softmax before log_softmax: logits are raw scores, and log_softmax turns "
-        "them into log-probabilities in one step. Softmax first squashes them into [0, 1] and "
-        "the loss can hardly move.": (
-            (nll(F.log_softmax(logits.softmax(-1), dim=-1)) * w).sum() / w.sum()
-        ),
-        "log_softmax runs over the wrong axis: the probabilities of a position are over the "
-        "vocabulary, the last axis (V), not over the positions.": (
-            (nll(F.log_softmax(logits, dim=1)) * w).sum() / w.sum()
-        ),
-        "the sign is wrong: it returns the mean log-probability of the right tokens, which "
-        "training would push down. The loss is its negative, -log p.": -mean,
+        Mistake(
+            "mean-over-all-positions",
+            "it divides by every position, B x L, instead of by the number of chosen tokens: the "
+            "loss shrinks as fewer tokens are chosen. Average over the chosen positions only.",
+        ): ((per * w).sum() / per.numel()),
+        Mistake(
+            "mean-of-sentence-means",
+            "it averages each sentence's chosen tokens, then averages the sentences: a token in a "
+            "sentence with few chosen tokens weighs more than one in a sentence with many. Average "
+            "over all chosen positions of the batch at once.",
+        ): (((per * w).sum(1) / w.sum(1)).mean()),
+        Mistake(
+            "sum-not-mean",
+            "it returns the sum over the chosen tokens: average it (divide by their number), so "
+            "that the loss does not grow with the batch.",
+        ): (per * w).sum(),
+        Mistake(
+            "ignored-positions-counted",
+            f"positions whose label is {IGNORE} are scored too (as if their label were 0, or "
+            "another id): only positions with a real label count.",
+        ): per.mean(),
+        Mistake(
+            "softmax-before-log-softmax",
+            "it applies softmax before log_softmax: logits are raw scores, and log_softmax turns "
+            "them into log-probabilities in one step. Softmax first squashes them into [0, 1] and "
+            "the loss can hardly move.",
+        ): ((nll(F.log_softmax(logits.softmax(-1), dim=-1)) * w).sum() / w.sum()),
+        Mistake(
+            "log-softmax-wrong-axis",
+            "log_softmax runs over the wrong axis: the probabilities of a position are over the "
+            "vocabulary, the last axis (V), not over the positions.",
+        ): ((nll(F.log_softmax(logits, dim=1)) * w).sum() / w.sum()),
+        Mistake(
+            "positive-sign",
+            "the sign is wrong: it returns the mean log-probability of the right tokens, which "
+            "training would push down. The loss is its negative, -log p.",
+        ): -mean,
     }
     return m
 
@@ -544,10 +607,11 @@ def _loss_variants(logits: torch.Tensor, labels: torch.Tensor) -> dict[str, torc
 def _loss_hint(failure: Failure) -> str | None:
     if "out of bounds" not in failure.message and "index" not in failure.message:
         return None
-    return (
+    return Mistake(
+        "ignore-index-used-as-index",
         "labels is -100 wherever no token was chosen, and -100 is no index into the "
         "vocabulary: give those positions any valid id before you pick the log-probabilities "
-        "(they are left out of the average anyway)."
+        "(they are left out of the average anyway).",
     )
 
 
@@ -555,10 +619,11 @@ def _nan_probe(obs: Observation, ask: runner.Ask) -> str | None:
     value = obs.value
     if not isinstance(value, torch.Tensor) or not bool(value.isnan().any()):
         return None
-    return (
+    return Mistake(
+        "loss-is-nan",
         "the loss is NaN. Either it takes the log of something that is not a probability (the "
         "raw logits: use log_softmax over the vocabulary), or it divides 0 by 0 for a sentence "
-        "with no chosen token (average over all chosen tokens of the batch at once)."
+        "with no chosen token (average over all chosen tokens of the batch at once).",
     )
 
 
@@ -600,10 +665,16 @@ def _loss_case(
         letters=("() (a scalar)",),
         shape_hints=(
             {
-                (B,): "That is one loss per sentence: average over all chosen tokens of the "
-                "batch, to a single number.",
-                (B, L): "That is one loss per position: keep only the chosen ones and average "
-                "them to a single number.",
+                (B,): Mistake(
+                    "loss-per-sentence",
+                    "That is one loss per sentence: average over all chosen tokens of the "
+                    "batch, to a single number.",
+                ),
+                (B, L): Mistake(
+                    "loss-per-position",
+                    "That is one loss per position: keep only the chosen ones and average "
+                    "them to a single number.",
+                ),
             },
         ),
         inputs={"args[0]": "logits", "args[1]": "labels"},
@@ -629,25 +700,31 @@ check_mlm_loss = runner.register_given(3, "def mlm_loss(logits, labels):", _loss
 def _fill_variants(logits, ids, mask_id: int, first: int, k: int) -> dict[str, torch.Tensor]:
     at = logits[ids == mask_id]  # (N, V)
     m = {
-        "special tokens are among the candidates: ids below first_word_id (<pad>, <start>, "
-        "<mask>...) are never the answer. Rank only the ordinary tokens.": (
-            at.topk(k, dim=-1).indices
-        ),
-        "the ids are counted from first_word_id, not from 0: after leaving the special tokens "
-        "out, position j among the ordinary tokens is token id first_word_id + j.": (
-            at[:, first:].topk(k, dim=-1).indices
-        ),
-        "it returns the least likely tokens: topk takes the largest values by default (or "
-        "sort in descending order).": (
-            at[:, first:].topk(k, dim=-1, largest=False).indices + first
-        ),
+        Mistake(
+            "special-tokens-ranked",
+            "special tokens are among the candidates: ids below first_word_id (<pad>, <start>, "
+            "<mask>...) are never the answer. Rank only the ordinary tokens.",
+        ): (at.topk(k, dim=-1).indices),
+        Mistake(
+            "ids-from-zero",
+            "the ids are counted from first_word_id, not from 0: after leaving the special tokens "
+            "out, position j among the ordinary tokens is token id first_word_id + j.",
+        ): (at[:, first:].topk(k, dim=-1).indices),
+        Mistake(
+            "least-likely",
+            "it returns the least likely tokens: topk takes the largest values by default (or "
+            "sort in descending order).",
+        ): (at[:, first:].topk(k, dim=-1, largest=False).indices + first),
     }
     if mask_id != 4:
         at4 = logits[ids == 4]
         if at4.shape[0] == at.shape[0] and at4.shape[0] > 0:
             m[
-                f"it looks for the id 4 instead of mask_id = {mask_id}: use the argument, "
-                "whose value depends on the vocabulary."
+                Mistake(
+                    "mask-id-hard-coded",
+                    f"it looks for the id 4 instead of mask_id = {mask_id}: use the argument, "
+                    "whose value depends on the vocabulary.",
+                )
             ] = at4[:, first:].topk(k, dim=-1).indices + first
     return m
 
@@ -684,10 +761,17 @@ def _fill_case(
         letters=("(N, k)",),
         shape_hints=(
             {
-                (len(masks),): "That is one id per <mask>: return the k best, (N, k).",
-                (len(masks), k, 1): "Drop the trailing axis: one row of k ids per <mask>.",
-                (0, k): "No <mask> was found: look for mask_id, the argument, whose value "
-                "depends on the vocabulary.",
+                (len(masks),): Mistake(
+                    "one-id-per-mask", "That is one id per <mask>: return the k best, (N, k)."
+                ),
+                (len(masks), k, 1): Mistake(
+                    "trailing-axis", "Drop the trailing axis: one row of k ids per <mask>."
+                ),
+                (0, k): Mistake(
+                    "mask-id-hard-coded",
+                    "No <mask> was found: look for mask_id, the argument, whose value "
+                    "depends on the vocabulary.",
+                ),
             },
         ),
         inputs={"args[0]": "logits", "args[1]": "token_ids"},

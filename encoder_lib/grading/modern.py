@@ -52,6 +52,7 @@ from torch import nn
 import encoder_lib
 
 from . import _layers, observe, runner
+from .feedback import Mistake
 from .observe import Call, Failure, Forbidden, Observation, deterministic_dropout
 from .runner import Ask, Case, ModuleSpec, close, keep_first, randn, reference_mode
 
@@ -150,64 +151,106 @@ def _rms_mistakes(x: torch.Tensor, w: torch.Tensor, eps: float) -> dict[str, tor
     m: dict[str, torch.Tensor] = {}
     if eps != _RMS_EPS:
         m[
-            f"it ignores the eps argument: with eps={eps:g} your output is the one for "
-            f"eps={_RMS_EPS:g}. Use the argument instead of a fixed number."
+            Mistake(
+                "eps-ignored",
+                f"it ignores the eps argument: with eps={eps:g} your output is the one for "
+                f"eps={_RMS_EPS:g}. Use the argument instead of a fixed number.",
+            )
         ] = _rms_variant(x, w, _RMS_EPS)
     catalogue: dict[str, dict[str, Any]] = {
-        "it subtracts the mean of x and divides by the standard deviation: that is LayerNorm "
-        "(without its offset). RMSNorm does not centre x: it divides x itself by its root mean "
-        "square, sqrt(mean(x²) + eps), so a constant added to every feature is not "
-        "removed.": {"center": True},
-        "it subtracts the mean of x before squaring, which makes it LayerNorm rather than "
-        "RMSNorm, and puts eps outside the square root. RMSNorm divides x itself by "
-        "sqrt(mean(x²) + eps).": {"center": True, "eps_at": "outside"},
-        "eps is added outside the square root, x / (sqrt(mean(x²)) + eps). It belongs inside, "
-        "next to the mean square: the two differ most when x is tiny, exactly where eps "
-        "matters.": {"eps_at": "outside"},
-        "it has no eps: dividing by sqrt(mean(x²)) divides by zero when all D features of a "
-        "position are 0. Add eps to the mean square, inside the square root.": {"eps_at": "none"},
-        "it divides by the square root of the sum of the squares (the length of x, what "
-        "x.norm() gives), not of their mean: the root mean square divides the sum by D first, "
-        "so your output is sqrt(D) times too small.": {"square": "sum"},
-        "it divides the sum of the squares by D - 1. The mean square divides by D: nothing is "
-        "subtracted from x, so there is nothing to correct for.": {"square": "unbiased"},
-        "it squares the mean of x instead of averaging the squares: mean(x)² is not mean(x²) "
-        "(features that cancel out have mean 0 but a large root mean square).": {
-            "square": "mean_squared"
-        },
-        "it divides by the mean square itself, without the square root: the output then "
-        "shrinks like 1 / x instead of being the same whatever the scale of x.": {"root": False},
-        "it ignores weight (the gain): multiply the normalised x by it, feature by feature.": {
-            "gain": "none"
-        },
-        "it adds weight instead of multiplying by it: weight is a gain, one factor per feature.": {
-            "gain": "plus"
-        },
-        "it multiplies x by weight before normalising, so the normalisation undoes most of the "
-        "gain: normalise first, then multiply by weight.": {"gain": "before"},
+        Mistake(
+            "layer-norm-not-rms-norm",
+            "it subtracts the mean of x and divides by the standard deviation: that is LayerNorm "
+            "(without its offset). RMSNorm does not centre x: it divides x itself by its root mean "
+            "square, sqrt(mean(x²) + eps), so a constant added to every feature is not "
+            "removed.",
+        ): {"center": True},
+        Mistake(
+            "layer-norm-eps-outside",
+            "it subtracts the mean of x before squaring, which makes it LayerNorm rather than "
+            "RMSNorm, and puts eps outside the square root. RMSNorm divides x itself by "
+            "sqrt(mean(x²) + eps).",
+        ): {"center": True, "eps_at": "outside"},
+        Mistake(
+            "eps-outside-sqrt",
+            "eps is added outside the square root, x / (sqrt(mean(x²)) + eps). It belongs inside, "
+            "next to the mean square: the two differ most when x is tiny, exactly where eps "
+            "matters.",
+        ): {"eps_at": "outside"},
+        Mistake(
+            "no-eps",
+            "it has no eps: dividing by sqrt(mean(x²)) divides by zero when all D features of a "
+            "position are 0. Add eps to the mean square, inside the square root.",
+        ): {"eps_at": "none"},
+        Mistake(
+            "sum-not-mean",
+            "it divides by the square root of the sum of the squares (the length of x, what "
+            "x.norm() gives), not of their mean: the root mean square divides the sum by D first, "
+            "so your output is sqrt(D) times too small.",
+        ): {"square": "sum"},
+        Mistake(
+            "divides-by-d-minus-1",
+            "it divides the sum of the squares by D - 1. The mean square divides by D: nothing is "
+            "subtracted from x, so there is nothing to correct for.",
+        ): {"square": "unbiased"},
+        Mistake(
+            "mean-squared",
+            "it squares the mean of x instead of averaging the squares: mean(x)² is not mean(x²) "
+            "(features that cancel out have mean 0 but a large root mean square).",
+        ): {"square": "mean_squared"},
+        Mistake(
+            "no-square-root",
+            "it divides by the mean square itself, without the square root: the output then "
+            "shrinks like 1 / x instead of being the same whatever the scale of x.",
+        ): {"root": False},
+        Mistake(
+            "no-weight",
+            "it ignores weight (the gain): multiply the normalised x by it, feature by feature.",
+        ): {"gain": "none"},
+        Mistake(
+            "weight-added",
+            "it adds weight instead of multiplying by it: weight is a gain, one factor per "
+            "feature.",
+        ): {"gain": "plus"},
+        Mistake(
+            "weight-first",
+            "it multiplies x by weight before normalising, so the normalisation undoes most of the "
+            "gain: normalise first, then multiply by weight.",
+        ): {"gain": "before"},
     }
     for description, how in catalogue.items():
         m[description] = _rms_variant(x, w, eps, **how)
     with torch.no_grad():
         m[
-            "it divides by the mean absolute value of x; RMSNorm divides by the root mean "
-            "square, sqrt(mean(x²) + eps)."
+            Mistake(
+                "mean-absolute-value",
+                "it divides by the mean absolute value of x; RMSNorm divides by the root mean "
+                "square, sqrt(mean(x²) + eps).",
+            )
         ] = x / (x.abs().mean(dim=-1, keepdim=True) + eps) * w
     axis = "it normalises over the wrong axis: "
     own = "RMSNorm normalises each position over its own D features, the last axis"
     if x.dim() >= 2 and x.shape[0] > 1:
-        m[axis + f"the batch axis (dim 0). {own}."] = _rms_variant(x, w, eps, dims=(0,))
+        m[Mistake("normalises-over-batch", axis + f"the batch axis (dim 0). {own}.")] = (
+            _rms_variant(x, w, eps, dims=(0,))
+        )
     if x.dim() == 3 and x.shape[1] > 1:
-        m[axis + f"the sequence axis (dim 1), mixing the positions of a sentence. {own}."] = (
-            _rms_variant(x, w, eps, dims=(1,))
-        )
+        m[
+            Mistake(
+                "normalises-over-sequence",
+                axis + f"the sequence axis (dim 1), mixing the positions of a sentence. {own}.",
+            )
+        ] = _rms_variant(x, w, eps, dims=(1,))
     if x.dim() >= 3:
-        m[axis + f"all the features of a whole sequence at once. {own}."] = _rms_variant(
-            x, w, eps, dims=tuple(range(1, x.dim()))
-        )
+        m[
+            Mistake(
+                "normalises-over-whole-sequence",
+                axis + f"all the features of a whole sequence at once. {own}.",
+            )
+        ] = _rms_variant(x, w, eps, dims=tuple(range(1, x.dim())))
     if x.dim() >= 2:
-        m[axis + f"the whole tensor at once. {own}."] = _rms_variant(
-            x, w, eps, dims=tuple(range(x.dim()))
+        m[Mistake("normalises-over-everything", axis + f"the whole tensor at once. {own}.")] = (
+            _rms_variant(x, w, eps, dims=tuple(range(x.dim())))
         )
     return m
 
@@ -223,10 +266,11 @@ def _rms_probe(x, w, eps: float | None) -> Callable[[Observation, Ask], str | No
     def probe(obs: Observation, ask: Ask) -> str | None:
         got = obs.value
         if bool(torch.isnan(got).any()) and bool((x == 0).all(dim=-1).any()):
-            return (
+            return Mistake(
+                "no-eps",
                 "it gives NaN for a position whose D features are all 0: its mean square is 0, "
                 "so dividing by its square root divides by zero. That is what eps is for: add "
-                "it to the mean square, inside the square root."
+                "it to the mean square, inside the square root.",
             )
         for axis, where in ((0, "first batch element"), (1, "first position of each sequence")):
             if x.dim() < 2 + axis or x.shape[axis] < 2:
@@ -238,10 +282,11 @@ def _rms_probe(x, w, eps: float | None) -> Callable[[Observation, Ask], str | No
             other = ask(_rms_call(changed, w, eps)).value
             same_shape = isinstance(other, torch.Tensor) and other.shape == got.shape
             if same_shape and not close(other[rest], got[rest]):
-                return (
+                return Mistake(
+                    "normalises-over-wrong-axis",
                     f"it normalises over the wrong axis: changing the {where} changed the "
                     "output of the others. RMSNorm uses only each position's own D "
-                    "features, the last axis."
+                    "features, the last axis.",
                 )
         plain = ask(_rms_call(x, torch.ones_like(w), eps)).value
         if not isinstance(plain, torch.Tensor) or plain.shape != x.shape:
@@ -249,16 +294,18 @@ def _rms_probe(x, w, eps: float | None) -> Callable[[Observation, Ask], str | No
         ms = x.square().mean(dim=-1)
         wanted = ms / (ms + actual)  # the mean square of the output with weight = 1
         if not close(plain.square().mean(dim=-1), wanted, 1e-6, 1e-4):
-            return (
+            return Mistake(
+                "wrong-scale",
                 "with weight = 1 each position's output should have a root mean square of "
                 "about 1 (exactly sqrt(ms / (ms + eps)), where ms is the position's mean "
                 "square), and yours does not. Divide x by sqrt(mean(x²) + eps), the mean taken "
-                "over the last axis."
+                "over the last axis.",
             )
         if not close(got, plain * w):
-            return (
+            return Mistake(
+                "wrong-gain",
                 "the normalisation is right but the gain is not applied as x_hat * weight "
-                "(elementwise, over the last dimension)."
+                "(elementwise, over the last dimension).",
             )
         return None
 
@@ -268,15 +315,17 @@ def _rms_probe(x, w, eps: float | None) -> Callable[[Observation, Ask], str | No
 def _rms_hint(x: torch.Tensor) -> Callable[[Failure], str | None]:
     def hint(failure: Failure) -> str | None:
         if "must match the size" in failure.message:
-            return (
+            return Mistake(
+                "keepdim-dropped",
                 "A mean over the last axis drops that axis: keep it (keepdim=True) so that the "
-                "(..., 1) mean square broadcasts against the (..., D) input."
+                "(..., 1) mean square broadcasts against the (..., D) input.",
             )
         if "out of range" in failure.message:
-            return (
+            return Mistake(
+                "fixed-rank",
                 f"This test passes an input with {x.dim()} dimension(s), shape "
                 f"{tuple(x.shape)}: reduce over dim=-1 so that any number of leading "
-                "dimensions works."
+                "dimensions works.",
             )
         return None
 
@@ -417,83 +466,131 @@ class _Gated:
 
             if train:
                 m = {
-                    "its output in training mode equals the eval-mode output: dropout is missing "
-                    f"in training. With p = {p}, {_DROP_WHERE}.": out(act(a) * b),
-                    f"dropout acts on wo's output; {_DROP_WHERE}.": drop(out(act(a) * b)),
-                    f"dropout is applied to the input x; {_DROP_WHERE}.": out(
-                        act(drop(x) @ wi.T).chunk(2, -1)[0] * (drop(x) @ wi.T).chunk(2, -1)[1]
-                    ),
-                    "dropout is applied to the activated half before the product. In "
-                    "distribution that drops the same units, but the check compares exactly "
-                    f"which units are dropped: {_DROP_WHERE}, as the instructions ask.": out(
-                        drop(act(a)) * b
-                    ),
-                    "dropout is applied to the linear half before the product. In "
-                    "distribution that drops the same units, but the check compares exactly "
-                    f"which units are dropped: {_DROP_WHERE}, as the instructions ask.": out(
-                        act(a) * drop(b)
-                    ),
-                    "it applies dropout twice, so the units it keeps are scaled by "
-                    f"1 / (1 - p)² instead of 1 / (1 - p): {_DROP_WHERE}, once.": out(
-                        drop(drop(act(a) * b))
-                    ),
+                    Mistake(
+                        "dropout-missing",
+                        "its output in training mode equals the eval-mode output: dropout is "
+                        f"missing in training. With p = {p}, {_DROP_WHERE}.",
+                    ): out(act(a) * b),
+                    Mistake(
+                        "dropout-on-output", f"dropout acts on wo's output; {_DROP_WHERE}."
+                    ): drop(out(act(a) * b)),
+                    Mistake(
+                        "dropout-on-input", f"dropout is applied to the input x; {_DROP_WHERE}."
+                    ): out(act(drop(x) @ wi.T).chunk(2, -1)[0] * (drop(x) @ wi.T).chunk(2, -1)[1]),
+                    Mistake(
+                        "dropout-on-activated-half",
+                        "dropout is applied to the activated half before the product. In "
+                        "distribution that drops the same units, but the check compares exactly "
+                        f"which units are dropped: {_DROP_WHERE}, as the instructions ask.",
+                    ): out(drop(act(a)) * b),
+                    Mistake(
+                        "dropout-on-linear-half",
+                        "dropout is applied to the linear half before the product. In "
+                        "distribution that drops the same units, but the check compares exactly "
+                        f"which units are dropped: {_DROP_WHERE}, as the instructions ask.",
+                    ): out(act(a) * drop(b)),
+                    Mistake(
+                        "dropout-twice",
+                        "it applies dropout twice, so the units it keeps are scaled by "
+                        f"1 / (1 - p)² instead of 1 / (1 - p): {_DROP_WHERE}, once.",
+                    ): out(drop(drop(act(a) * b))),
                 }
                 return m
             m = {
-                "the halves' roles are swapped: the activation is on the second half of wi's "
-                "output and the first half multiplies it. In this layout (ModernBERT's) "
-                f"{_GATE_PLACE}. Trained weights expect one arrangement; the other is a "
-                "different network.": out(act(b) * a),
-                "there is no gate: only the activated first half reaches wo, and the second "
-                "half of wi's output is never used. A gated network multiplies the activated "
-                "half by the linear half, feature by feature.": out(act(a)),
-                "there is no gate: only the second (linear) half reaches wo. "
-                f"In a gated network {_GATE_PLACE}.": out(b),
-                "the activation is applied to both halves; only the first half goes through "
-                "it, the second stays linear and multiplies it.": out(act(a) * act(b)),
-                "the activation is applied after the product; activate the first half, then "
-                "multiply it by the second.": out(act(a * b)),
-                "there is no activation: the two halves are multiplied as they are. "
-                f"{_GATE_PLACE[0].upper() + _GATE_PLACE[1:]}.": out(a * b),
-                "the two halves are added; the gate multiplies them, feature by feature.": out(
-                    act(a) + b
-                ),
-                "it splits wi's output into its even and odd features. The two halves are the "
-                "first d_ff features and the last d_ff features of the last axis.": out(
-                    act(h[..., 0::2]) * h[..., 1::2]
-                ),
-                "it uses a sigmoid gate (the original GLU, as F.glu computes). This layer's gate "
-                "is the activation the activation argument names, in self.activation.": out(
-                    a * torch.sigmoid(b)
-                ),
-                "it uses a sigmoid on the first half; the activation is self.activation (GELU "
-                "or SiLU, as the activation argument says).": out(torch.sigmoid(a) * b),
-                "it uses ReLU (that would be ReGLU); call self.activation, which the given "
-                "__init__ sets from the activation argument.": out(F.relu(a) * b),
-                "you added the input x to the output. That is the residual connection, which "
-                "the encoder layer adds around the FFN; the FFN returns only wo's output.": (
-                    x + out(act(a) * b)
-                ),
+                Mistake(
+                    "halves-swapped",
+                    "the halves' roles are swapped: the activation is on the second half of wi's "
+                    "output and the first half multiplies it. In this layout (ModernBERT's) "
+                    f"{_GATE_PLACE}. Trained weights expect one arrangement; the other is a "
+                    "different network.",
+                ): out(act(b) * a),
+                Mistake(
+                    "no-gate",
+                    "there is no gate: only the activated first half reaches wo, and the second "
+                    "half of wi's output is never used. A gated network multiplies the activated "
+                    "half by the linear half, feature by feature.",
+                ): out(act(a)),
+                Mistake(
+                    "only-linear-half",
+                    "there is no gate: only the second (linear) half reaches wo. "
+                    f"In a gated network {_GATE_PLACE}.",
+                ): out(b),
+                Mistake(
+                    "both-activated",
+                    "the activation is applied to both halves; only the first half goes through "
+                    "it, the second stays linear and multiplies it.",
+                ): out(act(a) * act(b)),
+                Mistake(
+                    "activation-after-product",
+                    "the activation is applied after the product; activate the first half, then "
+                    "multiply it by the second.",
+                ): out(act(a * b)),
+                Mistake(
+                    "no-activation",
+                    "there is no activation: the two halves are multiplied as they are. "
+                    f"{_GATE_PLACE[0].upper() + _GATE_PLACE[1:]}.",
+                ): out(a * b),
+                Mistake(
+                    "halves-added",
+                    "the two halves are added; the gate multiplies them, feature by feature.",
+                ): out(act(a) + b),
+                Mistake(
+                    "even-and-odd",
+                    "it splits wi's output into its even and odd features. The two halves are the "
+                    "first d_ff features and the last d_ff features of the last axis.",
+                ): out(act(h[..., 0::2]) * h[..., 1::2]),
+                Mistake(
+                    "glu-sigmoid-gate",
+                    "it uses a sigmoid gate (the original GLU, as F.glu computes). This layer's "
+                    "gate is the activation the activation argument names, in self.activation.",
+                ): out(a * torch.sigmoid(b)),
+                Mistake(
+                    "sigmoid-activation",
+                    "it uses a sigmoid on the first half; the activation is self.activation (GELU "
+                    "or SiLU, as the activation argument says).",
+                ): out(torch.sigmoid(a) * b),
+                Mistake(
+                    "relu-activation",
+                    "it uses ReLU (that would be ReGLU); call self.activation, which the given "
+                    "__init__ sets from the activation argument.",
+                ): out(F.relu(a) * b),
+                Mistake(
+                    "residual-inside-ffn",
+                    "you added the input x to the output. That is the residual connection, which "
+                    "the encoder layer adds around the FFN; the FFN returns only wo's output.",
+                ): (x + out(act(a) * b)),
             }
             if self.act == "gelu":
                 m[
-                    "it uses SiLU although activation='gelu' was asked (GeGLU): call "
-                    "self.activation, which the given __init__ sets from the argument."
+                    Mistake(
+                        "always-silu",
+                        "it uses SiLU although activation='gelu' was asked (GeGLU): call "
+                        "self.activation, which the given __init__ sets from the argument.",
+                    )
                 ] = out(F.silu(a) * b)
                 m[
-                    "it uses GELU's tanh approximation (approximate='tanh'); self.activation is "
-                    "the exact GELU, F.gelu's default."
+                    Mistake(
+                        "gelu-tanh",
+                        "it uses GELU's tanh approximation (approximate='tanh'); self.activation "
+                        "is the exact GELU, F.gelu's default.",
+                    )
                 ] = out(F.gelu(a, approximate="tanh") * b)
             else:
                 m[
-                    "it uses GELU although activation='silu' was asked (SwiGLU): call "
-                    "self.activation, which the given __init__ sets from the argument."
+                    Mistake(
+                        "always-gelu",
+                        "it uses GELU although activation='silu' was asked (SwiGLU): call "
+                        "self.activation, which the given __init__ sets from the argument.",
+                    )
                 ] = out(F.gelu(a) * b)
             if p > 0:
                 m[
-                    "dropout is still active in eval mode: use self.dropout (the nn.Dropout "
-                    "module, which model.eval() switches off), not F.dropout with its "
-                    "training=True default."
+                    Mistake(
+                        "dropout-in-eval",
+                        "dropout is still active in eval mode: use self.dropout (the nn.Dropout "
+                        "module, which model.eval() switches off), not F.dropout with its "
+                        "training=True default.",
+                    )
                 ] = out(deterministic_dropout(act(a) * b, p))
             return m
 
@@ -502,10 +599,11 @@ def _gated_hint(g: _Gated) -> Callable[[Failure], str | None]:
     def hint(failure: Failure) -> str | None:
         words = ("cannot be multiplied", "size of tensor", "must match")
         if failure.error == "RuntimeError" and any(w in failure.message for w in words):
-            return (
+            return Mistake(
+                "halves-not-split",
                 f"wi maps D = {g.d_model} features to 2·d_ff = {2 * g.d_ff} (both halves at "
                 f"once) and wo takes d_ff = {g.d_ff}: split wi's output into two halves of "
-                "d_ff along the last axis and combine them before wo."
+                "d_ff along the last axis and combine them before wo.",
             )
         return None
 
@@ -552,10 +650,16 @@ def _gated_case(
         letters=("the shape of x",),
         shape_hints=(
             {
-                (*shape[:-1], g.d_ff): f"Its last size is the hidden width d_ff = {g.d_ff}: the "
-                "gated hidden units must go through wo back to D.",
-                (*shape[:-1], 2 * g.d_ff): "Its last size is 2·d_ff, wi's output: split it "
-                "into two halves, combine them, and map the result back to D with wo.",
+                (*shape[:-1], g.d_ff): Mistake(
+                    "no-wo",
+                    f"Its last size is the hidden width d_ff = {g.d_ff}: the "
+                    "gated hidden units must go through wo back to D.",
+                ),
+                (*shape[:-1], 2 * g.d_ff): Mistake(
+                    "no-wo",
+                    "Its last size is 2·d_ff, wi's output: split it "
+                    "into two halves, combine them, and map the result back to D with wo.",
+                ),
             },
         ),
         module=ModuleSpec(
@@ -662,44 +766,64 @@ def _rotary_mistakes(x, cos, sin, pairing: str) -> dict[str, torch.Tensor]:
     )
     with torch.no_grad():
         return {
-            mixed + " (is it ignored?).": _rotation(x, cos, sin, other),
-            mixed + ", and it rotates the wrong way (the sign of sin).": _rotation(
-                x, cos, sin, other, signs=(1, -1)
-            ),
-            "it rotates each pair the wrong way, by minus its angle: in the rotation matrix the "
-            "sine term is subtracted in the first row and added in the second, and yours does "
-            "the opposite.": _rotation(x, cos, sin, pairing, signs=(1, -1)),
-            f"it reads the pairs as pairing={pairing!r} asks, {asked}, but writes the rotated "
-            f"pairs back in the {other!r} layout: each rotated feature must go back where its "
-            "input feature was.": _rotation(x, cos, sin, pairing, write=other),
-            f"it reads the pairs in the {other!r} layout ({done}) and writes them back in the "
-            f"{pairing!r} one; pairing={pairing!r} pairs {asked}, for reading and writing "
-            "alike.": _rotation(x, cos, sin, other, write=pairing),
-            "cos and sin are swapped: each feature of a pair keeps its own value times the "
-            "cosine and takes the other feature times the sine.": _rotation(x, sin, cos, pairing),
-            "there is no sine term: multiplying by cos alone scales each pair, it does not "
-            "rotate it. The rotation mixes the two features of a pair, through sin.": _join(
-                *(t * cos for t in _split(x, pairing)), pairing
-            ),
-            "the sine term has a plus sign in both features of a pair: that is not a rotation "
-            "(it changes the pair's length). In the rotation matrix the sine enters with a minus "
-            "sign in one row and a plus sign in the other.": _rotation(
-                x, cos, sin, pairing, signs=(1, 1)
-            ),
-            "the sine term has a minus sign in both features of a pair: that is not a rotation "
-            "(it changes the pair's length). In the rotation matrix the sine enters with a minus "
-            "sign in one row and a plus sign in the other.": _rotation(
-                x, cos, sin, pairing, signs=(-1, -1)
-            ),
-            "the two rotated features of each pair are written back swapped: the rotated first "
-            "feature goes back in the place of x1, the rotated second in the place of "
-            "x2.": _rotation(x, cos, sin, pairing, swap_out=True),
-            f"cos and sin are spread over the d_head features in the {other!r} way: with "
-            f"pairing={pairing!r} feature j belongs to pair "
-            + ("j mod d_head / 2" if pairing == "halves" else "j // 2")
-            + ", and takes that pair's angle.": (
-                x * _spread(cos, other) + _turned(x, pairing) * _spread(sin, other)
-            ),
+            Mistake("pairing-ignored", mixed + " (is it ignored?)."): _rotation(x, cos, sin, other),
+            Mistake(
+                "pairing-ignored-and-wrong-way",
+                mixed + ", and it rotates the wrong way (the sign of sin).",
+            ): _rotation(x, cos, sin, other, signs=(1, -1)),
+            Mistake(
+                "wrong-way",
+                "it rotates each pair the wrong way, by minus its angle: in the rotation matrix "
+                "the sine term is subtracted in the first row and added in the second, and yours "
+                "does the opposite.",
+            ): _rotation(x, cos, sin, pairing, signs=(1, -1)),
+            Mistake(
+                "written-back-in-other-layout",
+                f"it reads the pairs as pairing={pairing!r} asks, {asked}, but writes the rotated "
+                f"pairs back in the {other!r} layout: each rotated feature must go back where its "
+                "input feature was.",
+            ): _rotation(x, cos, sin, pairing, write=other),
+            Mistake(
+                "read-in-other-layout",
+                f"it reads the pairs in the {other!r} layout ({done}) and writes them back in the "
+                f"{pairing!r} one; pairing={pairing!r} pairs {asked}, for reading and writing "
+                "alike.",
+            ): _rotation(x, cos, sin, other, write=pairing),
+            Mistake(
+                "cos-and-sin-swapped",
+                "cos and sin are swapped: each feature of a pair keeps its own value times the "
+                "cosine and takes the other feature times the sine.",
+            ): _rotation(x, sin, cos, pairing),
+            Mistake(
+                "no-sine",
+                "there is no sine term: multiplying by cos alone scales each pair, it does not "
+                "rotate it. The rotation mixes the two features of a pair, through sin.",
+            ): _join(*(t * cos for t in _split(x, pairing)), pairing),
+            Mistake(
+                "both-plus",
+                "the sine term has a plus sign in both features of a pair: that is not a rotation "
+                "(it changes the pair's length). In the rotation matrix the sine enters with a "
+                "minus sign in one row and a plus sign in the other.",
+            ): _rotation(x, cos, sin, pairing, signs=(1, 1)),
+            Mistake(
+                "both-minus",
+                "the sine term has a minus sign in both features of a pair: that is not a rotation "
+                "(it changes the pair's length). In the rotation matrix the sine enters with a "
+                "minus sign in one row and a plus sign in the other.",
+            ): _rotation(x, cos, sin, pairing, signs=(-1, -1)),
+            Mistake(
+                "outputs-swapped",
+                "the two rotated features of each pair are written back swapped: the rotated first "
+                "feature goes back in the place of x1, the rotated second in the place of "
+                "x2.",
+            ): _rotation(x, cos, sin, pairing, swap_out=True),
+            Mistake(
+                "angles-spread-wrongly",
+                f"cos and sin are spread over the d_head features in the {other!r} way: with "
+                f"pairing={pairing!r} feature j belongs to pair "
+                + ("j mod d_head / 2" if pairing == "halves" else "j // 2")
+                + ", and takes that pair's angle.",
+            ): (x * _spread(cos, other) + _turned(x, pairing) * _spread(sin, other)),
         }
 
 
@@ -714,10 +838,11 @@ def _rotary_probes(x, cos, sin, pairing: str | None):
     def identity(obs: Observation, ask: Ask) -> str | None:
         still = ask(_rotary_call(x, torch.ones_like(cos), torch.zeros_like(sin), pairing)).value
         if isinstance(still, torch.Tensor) and still.shape == x.shape and not close(still, x):
-            return (
+            return Mistake(
+                "not-identity-at-angle-0",
                 "with every angle 0 (cos = 1, sin = 0) it should return x unchanged, and it "
                 "does not: check how the pairs are read from x and written back (each rotated "
-                "feature goes back where its input feature was)."
+                "feature goes back where its input feature was).",
             )
         return None
 
@@ -726,9 +851,10 @@ def _rotary_probes(x, cos, sin, pairing: str | None):
         kept = [t.square() for t in _split(x, asked)]
         seen = [t.square() for t in _split(got, asked)]
         if not close(seen[0] + seen[1], kept[0] + kept[1], 1e-6, 1e-4):
-            return (
+            return Mistake(
+                "changes-lengths",
                 "it changes the length of some pairs (x1, x2); a rotation only turns them. "
-                "Check the signs of the sine terms against the rotation matrix."
+                "Check the signs of the sine terms against the rotation matrix.",
             )
         return None
 
@@ -737,9 +863,10 @@ def _rotary_probes(x, cos, sin, pairing: str | None):
 
 def _rotary_hint(failure: Failure) -> str | None:
     if "must match the size" in failure.message:
-        return (
+        return Mistake(
+            "angles-on-whole-x",
             "cos and sin have d_head / 2 columns, one angle per pair: multiply them with the "
-            "(..., L, d_head / 2) halves of each pair, not with the whole x."
+            "(..., L, d_head / 2) halves of each pair, not with the whole x.",
         )
     return None
 
@@ -782,10 +909,16 @@ def _rotary_case(
         letters=("the shape of x",),
         shape_hints=(
             {
-                (*shape[:-1], d_head // 2): "That is one value per pair: return both rotated "
-                "features of every pair, d_head in all, in the places of the input's.",
-                (*shape[:-1], d_head // 2, 2): "Those are the pairs, (..., d_head / 2, 2): put "
-                "them back in x's layout, (..., L, d_head).",
+                (*shape[:-1], d_head // 2): Mistake(
+                    "one-value-per-pair",
+                    "That is one value per pair: return both rotated "
+                    "features of every pair, d_head in all, in the places of the input's.",
+                ),
+                (*shape[:-1], d_head // 2, 2): Mistake(
+                    "pairs-not-joined",
+                    "Those are the pairs, (..., d_head / 2, 2): put "
+                    "them back in x's layout, (..., L, d_head).",
+                ),
             },
         ),
         inputs={"args[0]": "x", "args[1]": "cos", "args[2]": "sin"},
@@ -829,28 +962,56 @@ def _window_mistakes(length: int, window: int) -> dict[str, torch.Tensor]:
     half = window // 2
     right = _band(length, -half, half)
     return {
-        "the mask is one key too narrow on each side (off by one): |i - j| < window / 2 leaves "
-        "out the two keys at distance exactly window / 2. A query sees window / 2 keys on each "
-        "side, so the band includes that distance.": _band(length, -half + 1, half - 1),
-        "it takes window as the half-width: each query sees window keys on each side, twice too "
-        "many. window counts the keys on both sides together (ModernBERT's window of 128 is 64 "
-        "on each side).": _band(length, -window, window),
-        "it only lets a query see the keys before it (and itself), like a causal mask. The "
-        "encoder's window is two-sided: window / 2 keys on each side.": _band(length, 0, half),
-        "it only lets a query see the keys after it (and itself). The encoder's window is "
-        "two-sided: window / 2 keys on each side.": _band(length, -half, 0),
-        "it is one-sided: a query sees the window keys before it. The encoder's window is "
-        "two-sided: window / 2 keys on each side, window in all.": _band(length, 0, window),
-        "it lets a query see keys at distances up to window - 1 on each side (|i - j| < window): "
-        "window counts both sides together, window / 2 on each.": _band(
-            length, -(window - 1), window - 1
-        ),
-        "it has the wrong polarity: it is True outside the band. In this course True means 'may "
-        "attend' (as in F.scaled_dot_product_attention), so the keys near the query are "
-        "True.": ~right,
-        "it has the wrong polarity and is one key too narrow: True means 'may attend', and the "
-        "band includes the distance window / 2.": ~_band(length, -half + 1, half - 1),
+        Mistake(
+            "off-by-one",
+            "the mask is one key too narrow on each side (off by one): |i - j| < window / 2 leaves "
+            "out the two keys at distance exactly window / 2. A query sees window / 2 keys on each "
+            "side, so the band includes that distance.",
+        ): _band(length, -half + 1, half - 1),
+        Mistake(
+            "window-as-half-width",
+            "it takes window as the half-width: each query sees window keys on each side, twice "
+            "too many. window counts the keys on both sides together (ModernBERT's window of 128 "
+            "is 64 on each side).",
+        ): _band(length, -window, window),
+        Mistake(
+            "keys-before-only",
+            "it only lets a query see the keys before it (and itself), like a causal mask. The "
+            "encoder's window is two-sided: window / 2 keys on each side.",
+        ): _band(length, 0, half),
+        Mistake(
+            "keys-after-only",
+            "it only lets a query see the keys after it (and itself). The encoder's window is "
+            "two-sided: window / 2 keys on each side.",
+        ): _band(length, -half, 0),
+        Mistake(
+            "one-sided",
+            "it is one-sided: a query sees the window keys before it. The encoder's window is "
+            "two-sided: window / 2 keys on each side, window in all.",
+        ): _band(length, 0, window),
+        Mistake(
+            "less-than-window",
+            "it lets a query see keys at distances up to window - 1 on each side (|i - j| < "
+            "window): window counts both sides together, window / 2 on each.",
+        ): _band(length, -(window - 1), window - 1),
+        Mistake(
+            "polarity-reversed",
+            "it has the wrong polarity: it is True outside the band. In this course True means "
+            "'may attend' (as in F.scaled_dot_product_attention), so the keys near the query are "
+            "True.",
+        ): ~right,
+        Mistake(
+            "polarity-reversed-and-off-by-one",
+            "it has the wrong polarity and is one key too narrow: True means 'may attend', and the "
+            "band includes the distance window / 2.",
+        ): ~_band(length, -half + 1, half - 1),
     }
+
+
+_PLAIN_MASK = Mistake(
+    "mask-not-plain",
+    "Return the plain (L, L) mask: it broadcasts against scores (B, H, L, L) by itself.",
+)
 
 
 def _window_case(length: int, window: int) -> Case:
@@ -858,10 +1019,11 @@ def _window_case(length: int, window: int) -> Case:
 
     def first_difference(obs: Observation, ask: Ask) -> str | None:
         i, j = (obs.value != expected).nonzero()[0].tolist()
-        return (
+        return Mistake(
+            "mismatch",
             f"at query {i}, key {j} (distance {abs(i - j)}) it gives {bool(obs.value[i, j])}, "
             f"expected {bool(expected[i, j])}: True exactly where |i - j| <= window / 2 = "
-            f"{window // 2}."
+            f"{window // 2}.",
         )
 
     return Case(
@@ -872,14 +1034,7 @@ def _window_case(length: int, window: int) -> Case:
         probes=(first_difference,),
         slots=("the mask",),
         letters=("(L, L)",),
-        shape_hints=(
-            {
-                (1, length, length): "Return the plain (L, L) mask: it broadcasts against "
-                "scores (B, H, L, L) by itself.",
-                (1, 1, length, length): "Return the plain (L, L) mask: it broadcasts against "
-                "scores (B, H, L, L) by itself.",
-            },
-        ),
+        shape_hints=(dict.fromkeys(((1, length, length), (1, 1, length, length)), _PLAIN_MASK),),
         messages={
             "dtype": "{slot} has dtype {got}; it must be boolean (torch.bool), True = may attend: "
             "compare the distances with the half-width and keep the result as it is."
@@ -1016,95 +1171,177 @@ def _layer_mistakes(ref, x, mask, window: int | None, train: bool) -> dict[str, 
         return lambda: _layer_formula(ref, x, mask, window, train, _Way(**changes))
 
     entries: dict[str, Callable[[], torch.Tensor]] = {
-        "it normalises after adding the residual (post-norm, the 2017 layer's order). This "
-        "layer is pre-norm: each sub-layer reads a normalised copy of x and its output is added "
-        "to x itself, which is never normalised inside the layer.": f(norm="post"),
-        "the residual adds the normalised x: in a pre-norm layer the skip connection carries x "
-        "itself, and only the sub-layer's input is normalised.": f(norm="normalised_skip"),
-        "it uses norm1 before the feed-forward network too; that sub-layer has its own norm, "
-        "norm2 (each norm has its own gain).": f(norm="norm1_twice"),
-        "it never applies norm1 and norm2: in a pre-norm layer each sub-layer reads a "
-        "normalised copy of its input.": f(norm="none"),
-        "there is no residual (skip) connection: each sub-layer's output must be added to its "
-        "input x.": f(residual=(False, False)),
-        "the residual (skip) connection around the attention is missing: add the attention "
-        "sub-layer's output to its input x.": f(residual=(False, True)),
-        "the residual (skip) connection around the feed-forward network is missing: add the "
-        "FFN sub-layer's output to its input.": f(residual=(True, False)),
-        "only the queries are rotated. The keys must be rotated too, each by its own position: "
-        "then a score depends on the distance between query and key; with one side rotated it "
-        "depends on absolute positions.": f(rotate="q"),
-        "only the keys are rotated. The queries must be rotated too, each by its own position: "
-        "then a score depends on the distance between query and key.": f(rotate="k"),
-        "the values are rotated too. Rotary positions act on queries and keys only: position "
-        "decides where a head looks (the scores), not what it reads (the values).": f(rotate="qkv"),
-        "it rotates the attention's output instead of the queries and keys: rotary positions "
-        "must act on q and k before the scores are computed, so that the scores see the "
-        "distance between positions.": f(rotate="output"),
-        "there are no rotary positions: without them the layer cannot tell the order of the "
-        "tokens (this layer adds no positions to its input). Rotate the queries and the keys "
-        "with self.rotary, after splitting the heads.": f(rotate="none"),
-        "the heads are split with a plain reshape (B, H, L, d_head) of the (B, L, D) "
-        "projections: that mixes positions and features. Reshape to (B, L, H, d_head) first, "
-        "then move the head axis forward (and back again after the attention).": f(split="view"),
-        "the scores are scaled by sqrt(D); scaled dot-product attention divides by "
-        "sqrt(d_head), the width of one head.": f(scale_by_d_model=True),
+        Mistake(
+            "post-norm",
+            "it normalises after adding the residual (post-norm, the 2017 layer's order). This "
+            "layer is pre-norm: each sub-layer reads a normalised copy of x and its output is "
+            "added to x itself, which is never normalised inside the layer.",
+        ): f(norm="post"),
+        Mistake(
+            "normalised-skip",
+            "the residual adds the normalised x: in a pre-norm layer the skip connection carries x "
+            "itself, and only the sub-layer's input is normalised.",
+        ): f(norm="normalised_skip"),
+        Mistake(
+            "norm1-twice",
+            "it uses norm1 before the feed-forward network too; that sub-layer has its own norm, "
+            "norm2 (each norm has its own gain).",
+        ): f(norm="norm1_twice"),
+        Mistake(
+            "no-norm",
+            "it never applies norm1 and norm2: in a pre-norm layer each sub-layer reads a "
+            "normalised copy of its input.",
+        ): f(norm="none"),
+        Mistake(
+            "no-residual",
+            "there is no residual (skip) connection: each sub-layer's output must be added to its "
+            "input x.",
+        ): f(residual=(False, False)),
+        Mistake(
+            "no-residual-around-attention",
+            "the residual (skip) connection around the attention is missing: add the attention "
+            "sub-layer's output to its input x.",
+        ): f(residual=(False, True)),
+        Mistake(
+            "no-residual-around-ffn",
+            "the residual (skip) connection around the feed-forward network is missing: add the "
+            "FFN sub-layer's output to its input.",
+        ): f(residual=(True, False)),
+        Mistake(
+            "queries-only-rotated",
+            "only the queries are rotated. The keys must be rotated too, each by its own position: "
+            "then a score depends on the distance between query and key; with one side rotated it "
+            "depends on absolute positions.",
+        ): f(rotate="q"),
+        Mistake(
+            "keys-only-rotated",
+            "only the keys are rotated. The queries must be rotated too, each by its own position: "
+            "then a score depends on the distance between query and key.",
+        ): f(rotate="k"),
+        Mistake(
+            "values-rotated",
+            "the values are rotated too. Rotary positions act on queries and keys only: position "
+            "decides where a head looks (the scores), not what it reads (the values).",
+        ): f(rotate="qkv"),
+        Mistake(
+            "output-rotated",
+            "it rotates the attention's output instead of the queries and keys: rotary positions "
+            "must act on q and k before the scores are computed, so that the scores see the "
+            "distance between positions.",
+        ): f(rotate="output"),
+        Mistake(
+            "no-rotary",
+            "there are no rotary positions: without them the layer cannot tell the order of the "
+            "tokens (this layer adds no positions to its input). Rotate the queries and the keys "
+            "with self.rotary, after splitting the heads.",
+        ): f(rotate="none"),
+        Mistake(
+            "heads-without-transpose",
+            "the heads are split with a plain reshape (B, H, L, d_head) of the (B, L, D) "
+            "projections: that mixes positions and features. Reshape to (B, L, H, d_head) first, "
+            "then move the head axis forward (and back again after the attention).",
+        ): f(split="view"),
+        Mistake(
+            "scaled-by-sqrt-d-model",
+            "the scores are scaled by sqrt(D); scaled dot-product attention divides by "
+            "sqrt(d_head), the width of one head.",
+        ): f(scale_by_d_model=True),
     }
     if mask is not None:
         entries[
-            "it ignores the padding mask, so padding leaks into the real positions: pass the "
-            "mask on to the attention (the check calls layer(x, mask=mask) by keyword)."
+            Mistake(
+                "padding-ignored",
+                "it ignores the padding mask, so padding leaks into the real positions: pass the "
+                "mask on to the attention (the check calls layer(x, mask=mask) by keyword).",
+            )
         ] = f(combine="window_only")
         entries[
-            "it inverts the padding mask: True already means 'may attend', so use it as it is."
+            Mistake(
+                "mask-inverted",
+                "it inverts the padding mask: True already means 'may attend', so use it as it is.",
+            )
         ] = f(combine="inverted")
     if window is not None:
         if mask is not None:
             entries[
-                "it combines the padding mask and the window with OR, so a query may attend to "
-                "a key that is either real or near. Both must hold: True = may attend in each "
-                "mask, and a key is allowed only where both are True."
+                Mistake(
+                    "mask-or-window",
+                    "it combines the padding mask and the window with OR, so a query may attend to "
+                    "a key that is either real or near. Both must hold: True = may attend in each "
+                    "mask, and a key is allowed only where both are True.",
+                )
             ] = f(combine="or")
         entries[
-            f"the window is ignored: with window={window} each query may see only {window // 2} "
-            "keys on each side (and itself), but it attends to the whole sequence. Build the "
-            "(L, L) band and combine it with the padding mask."
+            Mistake(
+                "window-ignored",
+                f"the window is ignored: with window={window} each query may see only "
+                f"{window // 2} keys on each side (and itself), but it attends to the whole "
+                "sequence. Build the (L, L) band and combine it with the padding mask.",
+            )
         ] = f(combine="mask_only")
         half = window // 2
         bands = {
-            "the band is one key too narrow on each side (|i - j| < window / 2): a query sees "
-            "the keys at distance window / 2 too.": (-half + 1, half - 1),
-            "the band is twice too wide: window counts the keys on both sides together, "
-            "window / 2 on each.": (-window, window),
-            "the band is one-sided: a query sees only the keys before it. The encoder's window "
-            "reaches window / 2 keys on each side.": (0, half),
-            "the band is one-sided: a query sees only the keys after it. The encoder's window "
-            "reaches window / 2 keys on each side.": (-half, 0),
+            Mistake(
+                "band-off-by-one",
+                "the band is one key too narrow on each side (|i - j| < window / 2): a query sees "
+                "the keys at distance window / 2 too.",
+            ): (-half + 1, half - 1),
+            Mistake(
+                "band-too-wide",
+                "the band is twice too wide: window counts the keys on both sides together, "
+                "window / 2 on each.",
+            ): (-window, window),
+            Mistake(
+                "band-before-only",
+                "the band is one-sided: a query sees only the keys before it. The encoder's window "
+                "reaches window / 2 keys on each side.",
+            ): (0, half),
+            Mistake(
+                "band-after-only",
+                "the band is one-sided: a query sees only the keys after it. The encoder's window "
+                "reaches window / 2 keys on each side.",
+            ): (-half, 0),
         }
         for description, band in bands.items():
             if band[0] <= band[1]:
-                entries[description + _OWN_MASK] = f(band=band)
+                entries[Mistake(description.id, description + _OWN_MASK)] = f(band=band)
         entries[
-            "the band has the wrong polarity: True must mean 'may attend', for the keys near the "
-            "query." + _OWN_MASK
+            Mistake(
+                "band-reversed",
+                "the band has the wrong polarity: True must mean 'may attend', for the keys near "
+                "the query." + _OWN_MASK,
+            )
         ] = f(band_inverted=True)
     if train:
         entries |= {
-            "it applies no dropout in training mode: " + _LAYER_DROPOUT_WHERE + ".": f(
-                attn_drop=False, drop1=False, drop2=False
-            ),
-            "the attention weights get no dropout in training mode: the attention takes "
-            "self.attn_dropout as its dropout probability when the layer is training (and 0 in "
-            "eval mode).": f(attn_drop=False),
-            "in training mode there is no dropout on the attention sub-layer's output "
-            "(self.dropout1), before it is added to x.": f(drop1=False),
-            "in training mode there is no dropout on the FFN sub-layer's output "
-            "(self.dropout2), before it is added to x.": f(drop2=False),
+            Mistake(
+                "no-dropout-at-all",
+                "it applies no dropout in training mode: " + _LAYER_DROPOUT_WHERE + ".",
+            ): f(attn_drop=False, drop1=False, drop2=False),
+            Mistake(
+                "no-attention-dropout",
+                "the attention weights get no dropout in training mode: the attention takes "
+                "self.attn_dropout as its dropout probability when the layer is training (and 0 in "
+                "eval mode).",
+            ): f(attn_drop=False),
+            Mistake(
+                "no-dropout1",
+                "in training mode there is no dropout on the attention sub-layer's output "
+                "(self.dropout1), before it is added to x.",
+            ): f(drop1=False),
+            Mistake(
+                "no-dropout2",
+                "in training mode there is no dropout on the FFN sub-layer's output "
+                "(self.dropout2), before it is added to x.",
+            ): f(drop2=False),
         }
     elif ref.self_attn.dropout > 0:
         entries[
-            "the attention weights get dropout in eval mode too: pass self.attn_dropout as the "
-            "dropout probability only while self.training, 0 otherwise."
+            Mistake(
+                "attention-dropout-in-eval",
+                "the attention weights get dropout in eval mode too: pass self.attn_dropout as the "
+                "dropout probability only while self.training, 0 otherwise.",
+            )
         ] = f(attn_drop_in_eval=True)
     return _layers.catalogue(ref, train, entries)
 
@@ -1127,19 +1364,22 @@ def _reference_layer(D, H, d_ff, window, p, pairing, seed, dtype) -> nn.Module:
 def _layer_hint(failure: Failure) -> str | None:
     message = failure.message
     if "view size is not compatible" in message:
-        return (
+        return Mistake(
+            "view-not-contiguous",
             "After a transpose the tensor is no longer contiguous, so view cannot merge the "
-            "heads: use reshape (or .contiguous() before view)."
+            "heads: use reshape (or .contiguous() before view).",
         )
     if "tuple" in message and "attribute" in message:
-        return (
+        return Mistake(
+            "attention-pair-not-unpacked",
             "encoder_lib.scaled_dot_product_attention returns a pair (output, weights): unpack "
-            "it (F.scaled_dot_product_attention returns the output alone)."
+            "it (F.scaled_dot_product_attention returns the output alone).",
         )
     if "d_head" in message or "last dimension" in message:
-        return (
+        return Mistake(
+            "rotary-before-split",
             "self.rotary works on each head's d_head features: split the heads first, "
-            "(B, L, D) -> (B, H, L, d_head), then rotate the queries and the keys."
+            "(B, L, D) -> (B, H, L, d_head), then rotate the queries and the keys.",
         )
     return None
 
@@ -1190,10 +1430,11 @@ def _layer_case(
         other = x.clone()
         other[pad] = randn(int(pad.sum()), D, seed=seed + 3).to(dtype)
         if _layers.output_changes(ask, call, (other,), obs.value, ~pad):
-            return (
+            return Mistake(
+                "padding-leaks",
                 "padding leaks into the real positions: changing only the padded positions of x "
                 "changed the outputs at real positions. The padding mask (True = may attend) "
-                "must reach the attention, combined with the window when there is one."
+                "must reach the attention, combined with the window when there is one.",
             )
         return None
 
@@ -1204,11 +1445,12 @@ def _layer_case(
         other[:, 0] = randn(B, D, seed=seed + 4).to(dtype)  # the first token changes
         far = (slice(None), slice(window // 2 + 1, None))  # positions beyond its reach
         if _layers.output_changes(ask, call, (other,), obs.value, far):
-            return (
+            return Mistake(
+                "window-ignored",
                 f"changing the token at position 0 changed the outputs at positions more than "
                 f"window / 2 = {window // 2} away, which a local layer cannot see: the window "
                 "does not limit the attention. Combine the band with the padding mask so that "
-                "a key is allowed only where both are True." + _OWN_MASK
+                "a key is allowed only where both are True." + _OWN_MASK,
             )
         return None
 

@@ -36,7 +36,7 @@ from torch import nn
 import encoder_lib
 
 from . import observe
-from .feedback import GradingError
+from .feedback import GradingError, Mistake
 from .observe import Call, Failure, Forbidden, Observation
 from .runner import Case, ModuleSpec, keep_first, randn, reference_mode, register_given
 
@@ -58,67 +58,77 @@ observe.FORBIDDEN["multi_head_attention"] = Forbidden(
     },
 )
 
-VIEW_HINT = (
+VIEW_HINT = Mistake(
+    "view-not-contiguous",
     "`view` only works on memory laid out contiguously, and a transposed tensor is not: use "
-    "`reshape`, or `.contiguous().view(...)`."
+    "`reshape`, or `.contiguous().view(...)`.",
 )
 SHAPE_HINT = (
     "Print the shape after every step: (B, L, D) -> view (B, L, H, d_head) -> transpose "
     "(B, H, L, d_head) -> attention -> transpose back (B, L, H, d_head) -> reshape (B, L, D)."
 )
-SPLIT_NO_TRANSPOSE = (
+SPLIT_NO_TRANSPOSE = Mistake(
+    "split-without-transpose",
     "the features were reshaped straight to (B, H, L, d_head) with view/reshape and no transpose, "
     "so each head mixes the features of several tokens. Split the last dimension first, "
-    "view(B, L, H, d_head), then swap the head and sequence dimensions with transpose(1, 2)."
+    "view(B, L, H, d_head), then swap the head and sequence dimensions with transpose(1, 2).",
 )
-SPLIT_INTERLEAVED = (
+SPLIT_INTERLEAVED = Mistake(
+    "split-interleaved",
     "head h got the interleaved features h, h + H, h + 2H, ... of the embedding. Head h must get "
     "the consecutive block h * d_head ... (h + 1) * d_head - 1: view(B, L, H, d_head), then "
-    "transpose(1, 2)."
+    "transpose(1, 2).",
 )
-MERGE_NO_TRANSPOSE = (
+MERGE_NO_TRANSPOSE = Mistake(
+    "merge-without-transpose",
     "the heads were merged with view/reshape straight from (B, H, L, d_head) to (B, L, D), "
     "without transposing back first, so tokens receive each other's features. Transpose to "
-    "(B, L, H, d_head) with transpose(1, 2), then reshape to (B, L, D)."
+    "(B, L, H, d_head) with transpose(1, 2), then reshape to (B, L, D).",
 )
-MERGE_INTERLEAVED = (
+MERGE_INTERLEAVED = Mistake(
+    "merge-interleaved",
     "the heads were merged into interleaved features (head h at positions h, h + H, ...). Head "
     "h's d_head features must become the consecutive block h * d_head ... (h + 1) * d_head - 1: "
-    "transpose(1, 2), then reshape to (B, L, D)."
+    "transpose(1, 2), then reshape to (B, L, D).",
 )
 NO_FORWARD = (
     "MultiHeadAttention has no method `forward` (check its spelling and that it is indented "
     "inside the class)."
 )
-LEAK = (
+LEAK = Mistake(
+    "padding-leaks",
     "padding leaks: your weights give up to {leak:.3g} to keys where the mask is False (True = "
     "may attend). Those keys must get exactly zero weight: set their scores to -inf before the "
-    "softmax."
+    "softmax.",
 )
-ROWS_SUM = (
+ROWS_SUM = Mistake(
+    "rows-not-sum-to-1",
     "each query's weights should sum to 1 over the keys (softmax over the last dimension); yours "
-    "are off by up to {error:.3g}."
+    "are off by up to {error:.3g}.",
 )
-ACTIVE_IN_EVAL = (
+ACTIVE_IN_EVAL = Mistake(
+    "dropout-in-eval",
     "with dropout={p} and the module in eval mode (model.eval()), the result changed: dropout "
-    "must only act while training. Use nn.Dropout, or F.dropout(..., training=self.training)."
+    "must only act while training. Use nn.Dropout, or F.dropout(..., training=self.training).",
 )
 WHERE_DROPOUT = (
     "Dropout belongs on the attention weights, after the softmax and before multiplying by V: "
     "F.dropout(weights, self.dropout, self.training) or an nn.Dropout layer."
 )
-DROPOUT_MISSING = (
+DROPOUT_MISSING = Mistake(
+    "dropout-missing",
     "dropout is missing in training: in training mode (model.train()) with dropout={p} your "
-    "output is the output without dropout. " + WHERE_DROPOUT
+    "output is the output without dropout. " + WHERE_DROPOUT,
 )
-DROPOUT_ON = "dropout is applied to {where}. " + WHERE_DROPOUT
-TRAINING_MISMATCH = (
+DROPOUT_ON = Mistake("dropout-misplaced", "dropout is applied to {where}. " + WHERE_DROPOUT)
+TRAINING_MISMATCH = Mistake(
+    "dropout-mismatch-in-training",
     "in training mode with dropout={p} the output does not match the reference, although it "
     "matched in eval mode: dropout is in the wrong place or has the wrong rate. "
     + WHERE_DROPOUT
     + " (The checks make F.dropout, nn.Dropout and the dropout_p of "
     "F.scaled_dot_product_attention repeatable; a mask drawn by hand with torch.rand cannot be "
-    "compared.)"
+    "compared.)",
 )
 
 
@@ -162,9 +172,15 @@ def _heads_case(name: str, shape: tuple[int, ...], seed: int, grad: bool) -> Cas
         letters = "(B, H, L, d_head)"
         mistakes = {SPLIT_NO_TRANSPOSE: "view", SPLIT_INTERLEAVED: "interleaved"}
         hints = {
-            (B, L, H, d): "The head dimension must come before the sequence dimension: after "
-            "view(B, L, H, d_head), swap them with transpose(1, 2).",
-            (B, H * L, d): "Keep the heads and the positions as two separate dimensions.",
+            (B, L, H, d): Mistake(
+                "heads-not-in-front",
+                "The head dimension must come before the sequence dimension: after "
+                "view(B, L, H, d_head), swap them with transpose(1, 2).",
+            ),
+            (B, H * L, d): Mistake(
+                "heads-and-positions-joined",
+                "Keep the heads and the positions as two separate dimensions.",
+            ),
         }
     else:
         B, H, L, d = shape
@@ -173,10 +189,16 @@ def _heads_case(name: str, shape: tuple[int, ...], seed: int, grad: bool) -> Cas
         call, letters = "merge_heads(x) with x of shape (B, H, L, d_head)", "(B, L, D)"
         mistakes = {MERGE_NO_TRANSPOSE: "view", MERGE_INTERLEAVED: "interleaved"}
         hints = {
-            (B, L, H, d): "The heads were moved back behind the sequence but not joined: "
-            "reshape to (B, L, H * d_head).",
-            (B, H, L * d): "Transpose(1, 2) first, so that each position's heads end up side "
-            "by side, then reshape to (B, L, D).",
+            (B, L, H, d): Mistake(
+                "heads-not-joined",
+                "The heads were moved back behind the sequence but not joined: "
+                "reshape to (B, L, H * d_head).",
+            ),
+            (B, H, L * d): Mistake(
+                "merge-without-transpose",
+                "Transpose(1, 2) first, so that each position's heads end up side "
+                "by side, then reshape to (B, L, D).",
+            ),
         }
     expected = rearrange(x)
     extra: dict[str, Any] = {}
@@ -459,20 +481,38 @@ def _mistakes(weights: Weights, H: int, args: tuple) -> dict[str, tuple[Any, Any
     D = args[0].shape[-1]
     d = D // H
     found: dict[str, dict[str, Any]] = {
-        f"the scores are divided by sqrt(D) = sqrt(d_model) = sqrt({D}). Each head's dot "
-        f"product sums only d_head = D / H = {d} products, so divide by sqrt(d_head) = "
-        f"sqrt({d}).": {"scale": "model"},
-        f"the scores are not scaled: divide them by sqrt(d_head) = sqrt({d}) before the softmax.": {
-            "scale": "none"
+        Mistake(
+            "scaled-by-sqrt-d-model",
+            f"the scores are divided by sqrt(D) = sqrt(d_model) = sqrt({D}). Each head's dot "
+            f"product sums only d_head = D / H = {d} products, so divide by sqrt(d_head) = "
+            f"sqrt({d}).",
+        ): {"scale": "model"},
+        Mistake(
+            "not-scaled",
+            f"the scores are not scaled: divide them by sqrt(d_head) = sqrt({d}) before the "
+            "softmax.",
+        ): {"scale": "none"},
+        Mistake(
+            "heads-without-transpose",
+            "the heads were split and merged with view/reshape but no transpose, so each head "
+            "mixes several tokens' features. " + SHAPE_HINT,
+        ): {"split": "view", "merge": "view"},
+        Mistake("split-without-transpose", "the heads were split wrongly: " + SPLIT_NO_TRANSPOSE): {
+            "split": "view"
         },
-        "the heads were split and merged with view/reshape but no transpose, so each head "
-        "mixes several tokens' features. " + SHAPE_HINT: {"split": "view", "merge": "view"},
-        "the heads were split wrongly: " + SPLIT_NO_TRANSPOSE: {"split": "view"},
-        "the heads were merged wrongly: " + MERGE_NO_TRANSPOSE: {"merge": "view"},
-        "the output projection is missing: pass the merged heads through self.out_proj, the "
-        "layer that mixes what the heads found.": {"out_proj": False},
-        "q_proj is used for the queries, the keys and the values: project the keys with "
-        "k_proj and the values with v_proj.": {"proj": "qqq"},
+        Mistake(
+            "merge-without-transpose", "the heads were merged wrongly: " + MERGE_NO_TRANSPOSE
+        ): {"merge": "view"},
+        Mistake(
+            "no-output-projection",
+            "the output projection is missing: pass the merged heads through self.out_proj, the "
+            "layer that mixes what the heads found.",
+        ): {"out_proj": False},
+        Mistake(
+            "q-proj-for-all",
+            "q_proj is used for the queries, the keys and the values: project the keys with "
+            "k_proj and the values with v_proj.",
+        ): {"proj": "qqq"},
     }
     for combo in itertools.product("qkv", repeat=3):
         proj = "".join(combo)
@@ -483,7 +523,11 @@ def _mistakes(weights: Weights, H: int, args: tuple) -> dict[str, tuple[Any, Any
             for i, p in enumerate(proj)
             if p != "qkv"[i]
         ]
-        found["the projections are mixed up: " + "; ".join(wrong) + "."] = {"proj": proj}
+        found[
+            Mistake(
+                "projections-mixed-up", "the projections are mixed up: " + "; ".join(wrong) + "."
+            )
+        ] = {"proj": proj}
     for inputs in itertools.product(range(3), repeat=3):
         if inputs == (0, 1, 2):
             continue
@@ -492,20 +536,38 @@ def _mistakes(weights: Weights, H: int, args: tuple) -> dict[str, tuple[Any, Any
             for i, j in enumerate(inputs)
             if j != i
         ]
-        found["the inputs are mixed up: " + "; ".join(wrong) + "."] = {"inputs": inputs}
+        found[Mistake("inputs-mixed-up", "the inputs are mixed up: " + "; ".join(wrong) + ".")] = {
+            "inputs": inputs
+        }
     found |= {
-        "the mask is ignored, so padding leaks into the result: before the softmax, set the "
-        "scores where the mask is False to -inf.": {"mask_mode": "ignored"},
-        "the mask's polarity is reversed. Here True means 'may attend' (as in "
-        "F.scaled_dot_product_attention), the opposite of nn.MultiheadAttention's "
-        "key_padding_mask: hide the scores where the mask is False, "
-        "masked_fill(~mask, -inf).": {"mask_mode": "reversed"},
-        "the softmax is taken over the queries (dim=-2): take it over the keys (dim=-1), so "
-        "that each query's weights sum to 1.": {"softmax_dim": -2},
-        "heads built from interleaved features (head h took features h, h + H, ...): "
-        + SPLIT_INTERLEAVED: {"split": "interleaved", "merge": "interleaved"},
-        "the heads were split wrongly: " + SPLIT_INTERLEAVED: {"split": "interleaved"},
-        "the heads were merged wrongly: " + MERGE_INTERLEAVED: {"merge": "interleaved"},
+        Mistake(
+            "mask-ignored",
+            "the mask is ignored, so padding leaks into the result: before the softmax, set the "
+            "scores where the mask is False to -inf.",
+        ): {"mask_mode": "ignored"},
+        Mistake(
+            "mask-reversed",
+            "the mask's polarity is reversed. Here True means 'may attend' (as in "
+            "F.scaled_dot_product_attention), the opposite of nn.MultiheadAttention's "
+            "key_padding_mask: hide the scores where the mask is False, "
+            "masked_fill(~mask, -inf).",
+        ): {"mask_mode": "reversed"},
+        Mistake(
+            "softmax-over-queries",
+            "the softmax is taken over the queries (dim=-2): take it over the keys (dim=-1), so "
+            "that each query's weights sum to 1.",
+        ): {"softmax_dim": -2},
+        Mistake(
+            "heads-interleaved",
+            "heads built from interleaved features (head h took features h, h + H, ...): "
+            + SPLIT_INTERLEAVED,
+        ): {"split": "interleaved", "merge": "interleaved"},
+        Mistake("split-interleaved", "the heads were split wrongly: " + SPLIT_INTERLEAVED): {
+            "split": "interleaved"
+        },
+        Mistake("merge-interleaved", "the heads were merged wrongly: " + MERGE_INTERLEAVED): {
+            "merge": "interleaved"
+        },
     }
     result: dict[str, tuple[Any, Any]] = {}
     for description, flags in found.items():
@@ -515,7 +577,12 @@ def _mistakes(weights: Weights, H: int, args: tuple) -> dict[str, tuple[Any, Any
             continue
         result[description] = (out, attention)
     _, _, scores = _attend(weights, H, *args)
-    result["the weights returned are the scores before the softmax: return softmax(scores)."] = (
+    result[
+        Mistake(
+            "weights-before-softmax",
+            "the weights returned are the scores before the softmax: return softmax(scores).",
+        )
+    ] = (
         None,
         scores,
     )
@@ -623,18 +690,26 @@ def _mha_case(
     elif dropout:  # in eval mode, any difference is dropout acting
         mistakes, probes = None, (lambda obs, ask: ACTIVE_IN_EVAL.format(p=p),)
     else:
-        mistakes = lambda: _mistakes(weights, H, (*tensors, mask))  # noqa: E731
+        typed = {name: w.to(dtype) for name, w in weights.items()}  # as the tensors
+        mistakes = lambda: _mistakes(typed, H, (*tensors, mask))  # noqa: E731
         probes = (lambda obs, ask: _weight_properties(obs, mask),)
     weight_hints = {
-        (B, L_q, L_k): "The weights were averaged over the heads (as nn.MultiheadAttention does "
-        "by default); return every head's weights, shape (B, H, L_q, L_k).",
-        (B, L_q, H, H): "The heads were never moved in front of the sequence: after "
-        "view(B, L, H, d_head), transpose dimensions 1 and 2.",
+        (B, L_q, L_k): Mistake(
+            "weights-averaged-over-heads",
+            "The weights were averaged over the heads (as nn.MultiheadAttention does "
+            "by default); return every head's weights, shape (B, H, L_q, L_k).",
+        ),
+        (B, L_q, H, H): Mistake(
+            "heads-not-in-front",
+            "The heads were never moved in front of the sequence: after "
+            "view(B, L, H, d_head), transpose dimensions 1 and 2.",
+        ),
     }
     if L_q != L_k:
-        weight_hints[(B, H, L_q, L_q)] = (
+        weight_hints[(B, H, L_q, L_q)] = Mistake(
+            "keys-from-query",
             "There is one column per query instead of one per key: project the keys from "
-            "`key` and the values from `value`, not from `query`."
+            "`key` and the values from `value`, not from `query`.",
         )
     return Case(
         Call(
@@ -658,9 +733,15 @@ def _mha_case(
         letters=("(B, L_q, D)", "(B, H, L_q, L_k)"),
         shape_hints=(
             {
-                (B, H, L_q, d): "The heads were never merged: transpose back to (B, L_q, H, "
-                "d_head), reshape to (B, L_q, D), then apply out_proj.",
-                (B, L_q, H, d): "The heads were moved back but not joined: reshape to (B, L_q, D).",
+                (B, H, L_q, d): Mistake(
+                    "heads-not-merged",
+                    "The heads were never merged: transpose back to (B, L_q, H, "
+                    "d_head), reshape to (B, L_q, D), then apply out_proj.",
+                ),
+                (B, L_q, H, d): Mistake(
+                    "heads-not-joined",
+                    "The heads were moved back but not joined: reshape to (B, L_q, D).",
+                ),
             },
             weight_hints,
         ),

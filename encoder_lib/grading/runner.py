@@ -31,6 +31,12 @@ When an answer fails and its code calls the answer to an earlier exercise of the
 too; if it is wrong, the message says that the mistake lives there (``DEPENDS``). The dependent
 exercise still scores 0 unless ``SPARE_DEPENDENTS`` is set (README, "How grading works").
 
+Every failure carries the id of its mistake (``GradingError.mistake``), which does not change
+when the wording does: a catalogue entry's or a probe's own (``feedback.Mistake``), else the id
+of the generic step that objected (``STEP_MISTAKES``). A failure that comes from an earlier
+exercise carries that exercise's mistake and test cell (``GradingError.root``). Autograde
+records both for every test cell (``encoder_lib.autograde.judge``), for the instructor's report.
+
 Dropout is deterministic while the student's code runs (``observe.deterministic_dropout``) and
 the reference runs under the same rule, so a case in training mode is compared like any other:
 where dropout sits shows in the values.
@@ -64,6 +70,9 @@ __all__ = [
     "Exercise",
     "ModuleSpec",
     "EXERCISES",
+    "STEP_MISTAKES",
+    "UNEXPLAINED",
+    "catalogue",
     "register",
     "register_given",
     "run",
@@ -131,6 +140,42 @@ GRAD_MISSING = (
     "after backward, {name}.grad is None, so training would never update it: no gradient "
     "reaches {name}. Use {name} itself in the computation (not .data, .detach() or a copy)."
 )
+
+STEP_MISTAKES: dict[str, str] = {
+    "not-written": "not written: the stub still raises NotImplementedError",
+    "calls-unwritten": "calls an earlier exercise that is not written",
+    "not-defined": "the name the exercise asks for is not defined",
+    "missing-part": "the module lacks a part the given __init__ creates (a layer, forward)",
+    "forbidden-built-in": "calls the built-in the exercise asks to write",
+    "exception": "the code raised an exception",
+    "time-limit": "ran past the time limit",
+    "kernel-died": "the kernel died",
+    "no-answer": "the kernel gave no answer the grader could read",
+    "wrong-kind": "a function where a class is asked for, or a class where a function is",
+    "not-a-module": "the class does not build an nn.Module",
+    "parameter-names": "the module's parameters are not the given ones",
+    "initial-values": "a parameter does not start at its given value",
+    "attribute": "an attribute the given __init__ sets is wrong",
+    "parameters-do-not-load": "load_state_dict refuses the reference's parameters",
+    "wrong-structure": "returns the wrong structure (a tensor for a pair, a list for an int...)",
+    "not-a-tensor": "an output is not a tensor",
+    "not-an-int": "an output is not a Python int",
+    "tensor-subclass": "returns a Tensor subclass",
+    "shape": "an output has the wrong shape",
+    "in-place": "changes an input in place",
+    "dtype": "an output does not keep the inputs' dtype",
+    "mismatch": "wrong values that no catalogue entry names",
+    "no-grad": "the output does not require grad",
+    "gradient-missing": "no gradient reaches an input or a parameter",
+    "gradient-mismatch": "a wrong gradient that no catalogue entry names",
+}
+"""The id of each generic step's failure -> what it means. A catalogue entry or a probe names
+its own mistake instead (``feedback.Mistake``) and never takes one of these ids, except
+``mismatch`` for a probe that only says where the values differ."""
+
+UNEXPLAINED = frozenset({"mismatch", "gradient-mismatch", "exception"})
+"""Step ids that say only that something differs or raised: the report groups these failures
+by their message instead of counting them as a named mistake."""
 
 
 # --- exercises and cases -------------------------------------------------------------------------
@@ -215,7 +260,8 @@ class Exercise:
     test_cell: str
     """The grade_id of the nbgrader test cell that grades it."""
     kind: str
-    """``"function"`` or ``"class"`` (an ``nn.Module`` subclass)."""
+    """``"function"``, ``"class"`` (an ``nn.Module`` subclass) or ``"nnx class"`` (a Flax
+    ``nnx.Module`` subclass, notebook 10)."""
     wrong_kind: str
     """Said when the target is not of that kind, e.g. "keep the given `def layer_norm(...)`"."""
     cases: Callable[[bool], Iterable[Case]]
@@ -269,6 +315,17 @@ def register_given(
     return register(
         Exercise(name, title, target, f"test_{name}", kind, keep, cases, rewrite, reference)
     )
+
+
+def catalogue(exercise: Exercise) -> list[tuple[Case, str]]:
+    """``(case, wording)`` of every catalogue entry of ``exercise``'s cases, visible and hidden
+    (``Case.mistakes`` and ``Case.grad_mistakes``): each should be a ``Mistake`` with its id."""
+    entries: list[tuple[Case, str]] = []
+    for case in exercise.cases(True):
+        entries += [(case, wording) for wording in _resolve(case.mistakes) or {}]
+        for wrong in case.grad_mistakes.values():
+            entries += [(case, wording) for wording in wrong]
+    return entries
 
 
 def make_check(exercise: Exercise) -> Callable[..., None]:
@@ -384,7 +441,14 @@ def dependencies(exercise: Exercise, obs: Observation | None) -> list[Exercise]:
 
 def _trace(exercise: Exercise, ask: Ask, thorough: bool, error: GradingError) -> GradingError:
     """``error``, or the message naming the earlier exercise where the mistake lives."""
-    if isinstance(error, NotWrittenYet | ForbiddenCallError):
+    if error.mistake == "calls-unwritten":  # the mistake: that exercise is not written
+        stub = _stub_exercise(exercise, getattr(error, "observation", None))
+        if stub is not None:
+            error.mistake, error.root, error.root_title = "not-written", stub.test_cell, stub.title
+        return error
+    if isinstance(error, ForbiddenCallError):
+        return _forbidden_root(exercise, ask, thorough, error)
+    if isinstance(error, NotWrittenYet):
         return error
     for dep in dependencies(exercise, getattr(error, "observation", None)):
         try:
@@ -408,8 +472,41 @@ def _trace(exercise: Exercise, ask: Ask, thorough: bool, error: GradingError) ->
                 exercise=error.exercise,
                 where=cause.where,
                 hint=cause.hint,
+                mistake=cause.mistake,
+                root=cause.root or dep.test_cell,
+                root_title=cause.root_title or dep.title,
             )
     return error
+
+
+def _forbidden_root(
+    exercise: Exercise, ask: Ask, thorough: bool, error: ForbiddenCallError
+) -> ForbiddenCallError:
+    """``error``, with the earlier exercise it calls as its root when that one calls the
+    forbidden built-in too (the message stays: it names the built-in, which is enough)."""
+    for dep in dependencies(exercise, getattr(error, "observation", None)):
+        try:
+            run(dep, ask, thorough)
+        except ForbiddenCallError as cause:
+            error.root = cause.root or dep.test_cell
+            error.root_title = cause.root_title or dep.title
+            return error
+        except GradingError:
+            continue
+    return error
+
+
+def _stub_exercise(exercise: Exercise, obs: Observation | None) -> Exercise | None:
+    """The earlier exercise of the same notebook whose unwritten stub ``exercise``'s code
+    called (``Failure.function``: ``"LayerNorm.forward"`` names the class ``LayerNorm``)."""
+    failure = obs.failure if obs is not None else None
+    name = (failure.function or "").split(".")[0] if failure is not None else ""
+    for other in EXERCISES.values():
+        if other is exercise:
+            break
+        if other.topic == exercise.topic and other.target == name:
+            return other
+    return None
 
 
 def _spared(
@@ -436,11 +533,20 @@ class _Spared(Exception):  # noqa: N818 (control flow: the check passes)
 
 def _check_kind(exercise: Exercise, obs: Observation) -> None:
     kind = obs.info.get("target")
-    wanted = "module class" if exercise.kind == "class" else exercise.kind
+    wanted = {"class": "module class", "nnx class": "nnx module class"}.get(
+        exercise.kind, exercise.kind
+    )
     if kind is None or kind == wanted:
         return
-    noun = {"function": "a function", "class": "a class derived from nn.Module"}[exercise.kind]
-    raise GradingError(f"{exercise.target} should be {noun}, got {kind}: {exercise.wrong_kind}")
+    noun = {
+        "function": "a function",
+        "class": "a class derived from nn.Module",
+        "nnx class": "a class derived from nnx.Module",
+    }[exercise.kind]
+    raise GradingError(
+        f"{exercise.target} should be {noun}, got {kind}: {exercise.wrong_kind}",
+        mistake="wrong-kind",
+    )
 
 
 @dataclass
@@ -504,7 +610,8 @@ def _step_plain(t: Trial) -> None:
         if isinstance(want, torch.Tensor) and facts.get(path, {}).get("class"):
             raise GradingError(
                 f"{name} should be a torch.Tensor, got {facts[path]['class']} (a Tensor subclass: "
-                "return a plain torch.Tensor)."
+                "return a plain torch.Tensor).",
+                mistake="tensor-subclass",
             )
 
 
@@ -521,7 +628,8 @@ def _step_in_place(t: Trial) -> None:
         after = t.obs.after.get(name)
         if after is not None and not _same(after, original):
             label = t.case.inputs.get(name, name)
-            raise GradingError(t.case.messages.get("in_place", IN_PLACE).format(name=label))
+            problem = t.case.messages.get("in_place", IN_PLACE).format(name=label)
+            raise GradingError(problem, mistake=getattr(problem, "id", None) or "in-place")
 
 
 def _step_dtype(t: Trial) -> None:
@@ -529,7 +637,8 @@ def _step_dtype(t: Trial) -> None:
         if isinstance(want, torch.Tensor) and got.dtype != want.dtype:
             template = t.case.messages.get("dtype", WRONG_DTYPE)
             original = _first_input_dtype(t.case) or want.dtype
-            raise GradingError(template.format(slot=name, got=got.dtype, expected=original))
+            problem = template.format(slot=name, got=got.dtype, expected=original)
+            raise GradingError(problem, mistake=getattr(problem, "id", None) or "dtype")
 
 
 def _step_values(t: Trial) -> None:
@@ -581,26 +690,36 @@ def failure_error(case: Case, failure: Failure) -> GradingError:
             target + "."
         )
         if own:
-            return NotWrittenYet(NOT_WRITTEN.format(name=target))
-        return NotWrittenYet(CALLS_STUB.format(name=failure.function))
+            return NotWrittenYet(NOT_WRITTEN.format(name=target), mistake="not-written")
+        return NotWrittenYet(CALLS_STUB.format(name=failure.function), mistake="calls-unwritten")
     if failure.kind == "forbidden":
-        return ForbiddenCallError(FORBIDDEN.format(who=who, name=failure.error))
-    if failure.kind == "missing":
-        return GradingError(failure.message)
-    if failure.kind == "no answer":
+        return ForbiddenCallError(
+            FORBIDDEN.format(who=who, name=failure.error), mistake="forbidden-built-in"
+        )
+    if failure.kind == "missing":  # the name, or (``observe.Unfit``) a part of the module
+        kind = "not-defined" if failure.error == "NameError" else "missing-part"
+        return GradingError(failure.message, mistake=kind)
+    if failure.kind == "no answer":  # ``error``: why, as a step id (the autograder sets it)
         return GradingError(
-            f"the notebook's kernel gave no answer when {target} was called: {failure.message}."
+            f"the notebook's kernel gave no answer when {target} was called: {failure.message}.",
+            mistake=failure.error if failure.error in STEP_MISTAKES else "no-answer",
         )
     if failure.phase == "load" and case.module is not None:
         return GradingError(
             f"{target}'s parameters do not load: {case.module.keep_init} "
-            f"(load_state_dict said: {failure.message})"
+            f"(load_state_dict said: {failure.message})",
+            mistake="parameters-do-not-load",
         )
     hint = case.failure_hint(failure) if case.failure_hint is not None else None
     text = f"{who} raised {failure.error}: {failure.message}".rstrip()
     if hint:
         text = f"{text}{'' if text.endswith('.') else '.'} {hint}"
-    return GradingError(text, where=failure.where, hint=getattr(hint, "hint", None))
+    return GradingError(
+        text,
+        where=failure.where,
+        hint=getattr(hint, "hint", None),
+        mistake=getattr(hint, "id", None) or "exception",
+    )
 
 
 def _check_module(case: Case, facts: Mapping[str, Any] | None) -> None:
@@ -608,30 +727,36 @@ def _check_module(case: Case, facts: Mapping[str, Any] | None) -> None:
     call = case.what.split(" with ")[0].split(" on ")[0]
     if not facts or not facts.get("is_module"):
         kind = facts.get("type", "?") if facts else "?"
-        raise GradingError(spec.not_module_message.format(call=call, type=kind))
+        raise GradingError(
+            spec.not_module_message.format(call=call, type=kind), mistake="not-a-module"
+        )
     for sub, qualified in facts.get("submodules", {}).items():
         name = spec.forbidden_submodules.get(qualified)
         if name:
             raise ForbiddenCallError(
-                FORBIDDEN.format(who=f"{case.call.target} (self.{sub})", name=name)
+                FORBIDDEN.format(who=f"{case.call.target} (self.{sub})", name=name),
+                mistake="forbidden-built-in",
             )
     params: Mapping[str, torch.Tensor] = facts.get("parameters", {})
     if spec.parameters is not None and sorted(params) != sorted(spec.parameters):
         raise GradingError(
-            spec.names_message.format(got=sorted(params), expected=sorted(spec.parameters))
+            spec.names_message.format(got=sorted(params), expected=sorted(spec.parameters)),
+            mistake="parameter-names",
         )
     for name, fill in spec.initial.items():
         p = params.get(name)
         if p is None or not bool((p == fill).all()):
             raise GradingError(
-                f"{call}.{name} should start filled with {fill:g}: {spec.keep_init}."
+                f"{call}.{name} should start filled with {fill:g}: {spec.keep_init}.",
+                mistake="initial-values",
             )
     attrs = facts.get("attrs", {})
     for name, value in spec.attrs.items():
         if attrs.get(name) != value:
             raise GradingError(
                 f"{call}.{name} should be {value!r}: {spec.keep_init} (it stores the argument in "
-                f"self.{name})."
+                f"self.{name}).",
+                mistake="attribute",
             )
 
 
@@ -652,18 +777,25 @@ def _structure(case: Case, expected: Any, got: Any) -> list[tuple[str, Any, Any,
         if isinstance(got, torch.Tensor):
             raise GradingError(
                 f"it returned a single tensor of shape {tuple(got.shape)}: it must return "
-                f"{wanted}, e.g. `return {', '.join(_short(s) for s in names)}`."
+                f"{wanted}, e.g. `return {', '.join(_short(s) for s in names)}`.",
+                mistake="wrong-structure",
             )
         if not isinstance(got, tuple | list) or len(got) != n:
-            raise GradingError(f"it returned {_describe(got)}: it must return {wanted}.")
+            raise GradingError(
+                f"it returned {_describe(got)}: it must return {wanted}.", mistake="wrong-structure"
+            )
         items = [(names[i], got[i], expected[i], f"[{i}]") for i in range(n)]
     else:
         items = [((case.slots or ["the result"])[0], got, expected, "")]
     for name, g, e, _ in items:
         if isinstance(e, torch.Tensor) and not isinstance(g, torch.Tensor):
-            raise GradingError(f"{name} should be a torch.Tensor, got {_describe(g)}.")
+            raise GradingError(
+                f"{name} should be a torch.Tensor, got {_describe(g)}.", mistake="not-a-tensor"
+            )
         if isinstance(e, int) and type(e) is not bool and type(g) is not int:
-            raise GradingError(f"{name} should be a Python int, got {_describe(g)}.")
+            raise GradingError(
+                f"{name} should be a Python int, got {_describe(g)}.", mistake="not-an-int"
+            )
     return items
 
 
@@ -692,7 +824,8 @@ def _check_shape(name: str, got: torch.Tensor, want: torch.Tensor, letters: str,
         hint = "The sizes are right but in the wrong order: check your transposes."
     raise GradingError(
         f"{name} has the wrong shape: expected {letters + ' = ' if letters else ''}{expected}, "
-        f"got {shape}.{' ' + hint if hint else ''}"
+        f"got {shape}.{' ' + hint if hint else ''}",
+        mistake=getattr(hint, "id", None) or "shape",
     )
 
 
@@ -759,7 +892,7 @@ def _check_values(case: Case, slots, obs: Observation, ask: Ask) -> None:
     for i in order:
         name, g, e, _ = slots[i]
         if not slot_close(g, e):
-            raise GradingError(mismatch(name, g, e, *tolerance(case, e)))
+            raise GradingError(mismatch(name, g, e, *tolerance(case, e)), mistake="mismatch")
 
 
 def mismatch(name: str, got: Any, want: Any, atol: float = 1e-6, rtol: float = 1e-5) -> str:
@@ -788,12 +921,13 @@ def _check_grads(case: Case, slots, obs: Observation, full: bool = True) -> None
     tracked = [path for _, _, e, path in slots if isinstance(e, torch.Tensor)]
     if not any(facts.get(path, {}).get("requires_grad") for path in tracked):
         slot = slots[0][0] if len(slots) == 1 else "the result"
-        raise GradingError(case.messages.get("no_grad", NO_GRAD).format(slot=slot))
+        problem = case.messages.get("no_grad", NO_GRAD).format(slot=slot)
+        raise GradingError(problem, mistake=getattr(problem, "id", None) or "no-grad")
     for name, want in (_resolve(case.grads) or {}).items():
         label = case.grad_names.get(name, case.inputs.get(name, name))
         got = obs.grads.get(name)
         if got is None:
-            raise GradingError(GRAD_MISSING.format(name=label))
+            raise GradingError(GRAD_MISSING.format(name=label), mistake="gradient-missing")
         if not full:
             continue
         atol, rtol = tolerance(case, want)
@@ -801,8 +935,13 @@ def _check_grads(case: Case, slots, obs: Observation, full: bool = True) -> None
             continue
         for description, wrong in case.grad_mistakes.get(name, {}).items():
             if close(got, wrong, atol, rtol):
-                raise GradingError(f"the gradient of {label} is wrong: {description}")
-        raise GradingError(mismatch(f"the gradient of {label}", got, want, atol, rtol))
+                raise GradingError(
+                    f"the gradient of {label} is wrong: {description}",
+                    mistake=getattr(description, "id", None),
+                )
+        raise GradingError(
+            mismatch(f"the gradient of {label}", got, want, atol, rtol), mistake="gradient-mismatch"
+        )
 
 
 # --- inputs --------------------------------------------------------------------------------------

@@ -165,6 +165,18 @@ def gradebook_rows(course: C.Course, with_ids: bool = False) -> dict:
     return out
 
 
+def verdicts(course: C.Course) -> dict[tuple[str, str, str], object]:
+    """The verdict autograde recorded for every test cell of every autograded notebook:
+    (student, assignment, test cell) -> ``records.Verdict`` (None: no record)."""
+    from encoder_lib.autograde import records
+
+    return {
+        (path.parent.parent.name, path.parent.name, cell): verdict
+        for path in sorted((course.root / "autograded").glob("*/*/*.ipynb"))
+        for cell, verdict in records.read_notebook(path)
+    }
+
+
 def row_counts(course: C.Course) -> dict[str, int]:
     """How many rows each submission table holds (a duplicate would show here)."""
     import sqlite3

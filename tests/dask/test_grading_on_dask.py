@@ -4,7 +4,8 @@ The same small class (see conftest.py) is graded several times from the same sta
 once by plain ``nbgrader autograde`` (the reference), once on the cluster, once on the cluster
 while one worker is killed in the middle, and once stopped halfway and started again. Every
 gradebook must equal the reference cell by cell, with exactly one submission per student and
-assignment."""
+assignment, and so must the verdicts kept in the autograded notebooks (the mistake and the
+exercise of every test cell, which the instructor's report counts)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,14 @@ from datetime import UTC, datetime
 
 import psutil
 import pytest
-from grading_cluster import ASSIGNMENTS, copy_of, gradebook_rows, row_counts, stray_kernels
+from grading_cluster import (
+    ASSIGNMENTS,
+    copy_of,
+    gradebook_rows,
+    row_counts,
+    stray_kernels,
+    verdicts,
+)
 from pipeline import course as C
 from pipeline import roster as R
 
@@ -62,6 +70,19 @@ def test_grades_on_dask_equal_plain_nbgrader_cell_by_cell(plain, on_dask):
     assert row_counts(course) == row_counts(plain)
 
 
+def test_verdicts_on_dask_equal_plain_nbgrader_and_the_reports_agree(plain, on_dask):
+    from encoder_lib.autograde import report
+
+    course, _ = on_dask
+    recorded = verdicts(course)
+    assert recorded == verdicts(plain)
+    assert None not in recorded.values()
+    blank = {v.mistake for (s, _, _), v in recorded.items() if s == R.BLANK}
+    assert blank == {"not-written"}
+    rows = [report.build(c.root, list(ASSIGNMENTS)).rows for c in (course, plain)]
+    assert [r.csv() for r in rows[0]] == [r.csv() for r in rows[1]]
+
+
 def test_dask_run_writes_autograded_notebooks_feedback_and_a_summary(plain, on_dask):
     course, proc = on_dask
     for student, a in pairs(course):
@@ -82,22 +103,26 @@ def test_dask_run_writes_autograded_notebooks_feedback_and_a_summary(plain, on_d
 def test_second_run_grades_nothing_and_changes_nothing(on_dask, cluster):
     course, _ = on_dask
     before, lines = gradebook_rows(course, with_ids=True), len(course.ledger())
+    kept = verdicts(course)
     again = course.grade("*", scheduler=cluster.address)
     assert again.returncode == 0, again.stdout + again.stderr
     assert f"graded 0, flagged 0, failed 0, skipped {len(pairs(course))}" in again.stdout
     assert gradebook_rows(course, with_ids=True) == before
     assert len(course.ledger()) == lines
+    assert verdicts(course) == kept
 
 
 def test_forced_regrade_updates_the_same_rows(on_dask, cluster):
     course, _ = on_dask
     before = gradebook_rows(course, with_ids=True)
     counts = row_counts(course)
+    kept = verdicts(course)
     forced = course.grade(ASSIGNMENTS[0], "--force", "--student", R.REF, scheduler=cluster.address)
     assert forced.returncode == 0, forced.stdout + forced.stderr
     assert "graded 1, flagged 0, failed 0" in forced.stdout
     assert gradebook_rows(course, with_ids=True) == before  # same values, same row ids
     assert row_counts(course) == counts
+    assert verdicts(course) == kept  # the regraded notebook's records replaced, not added
 
 
 def test_killed_worker_loses_and_duplicates_nothing(small_class, plain, cluster, tmp_path):
@@ -132,6 +157,7 @@ def test_killed_worker_loses_and_duplicates_nothing(small_class, plain, cluster,
     assert set(rows) == pairs(course)
     assert rows == gradebook_rows(plain)
     assert row_counts(course) == row_counts(plain)
+    assert verdicts(course) == verdicts(plain)  # none lost, none doubled
     ledger = course.ledger()
     recorded = sorted((e["student"], e["assignment"]) for e in ledger)
     assert recorded == sorted(pairs(course)), "each submission recorded exactly once"
@@ -177,3 +203,4 @@ def test_interrupted_run_started_again_grades_only_what_is_missing(
     assert f"skipped {len(graded_first)}" in second.stdout
     assert gradebook_rows(course) == gradebook_rows(plain)
     assert row_counts(course) == row_counts(plain)
+    assert verdicts(course) == verdicts(plain)

@@ -4,7 +4,9 @@ stub), then each test cell's source runs as written, visible and hidden parts to
 
 - the reference solution keeps every test cell's points, printing only its "Correct: ..." lines;
 - a buggy answer scores 0 on exactly the test cells it lists, and the test cell that grades its
-  own answer cell names the mistake (``says``); every other test cell keeps its points;
+  own answer cell names the mistake (``says``) and its id; a test cell that says the mistake
+  lives in the answer (``also_says``) records that answer's test cell as the mistake's root;
+  every other test cell keeps its points;
 - a correct answer keeps every point, silently;
 - an untouched stub makes its test cell say "not written yet".
 
@@ -84,11 +86,15 @@ def test_buggy_answer_loses_exactly_its_cells_and_is_named(assignment, variant: 
     errors = run_test_cells(notebook, {variant.cell: variant.source})
     failing = {test_cell for test_cell, error in errors.items() if error is not None}
     assert failing == set(variant.fails), {t: str(e) for t, e in errors.items() if e}
-    message = str(errors[own_test_cell(notebook, variant.cell)])
+    own = own_test_cell(notebook, variant.cell)
+    message = str(errors[own])
     assert variant.says.lower() in message.lower(), message
+    # the instructor's report counts it by its id (feedback.Mistake), where it lives
+    assert errors[own].mistake is not None, f"no mistake id for: {message}"
     for test_cell, words in variant.also_says:
         other = str(errors[test_cell])
         assert words.lower() in other.lower(), other
+        assert errors[test_cell].root == own, other
 
 
 @pytest.mark.parametrize(("assignment", "variant"), _params("correct"))
