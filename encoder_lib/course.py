@@ -39,15 +39,24 @@ def setup_notebook(seed: int = 0, threads: int = 1) -> None:
     warnings.filterwarnings("ignore", message="enable_nested_tensor is True")
     _setup_done[0] = True
     install_hints()
-    torch_version = ".".join(torch.__version__.split("+")[0].split(".")[:2])
+    versions = [f"torch {_major_minor(torch.__version__)}"]
+    for name in ("jax", "flax"):  # notebook 10 imports them; the others never do
+        if name in sys.modules:
+            versions.append(f"{name} {_major_minor(sys.modules[name].__version__)}")
     print(
-        f"Setup done: torch {torch_version}, encoder_lib {__version__}, random seed {seed}, "
+        f"Setup done: {', '.join(versions)}, encoder_lib {__version__}, random seed {seed}, "
         f"{used} torch thread{'s' if used > 1 else ''}. Now run the cells below in order."
     )
 
 
+def _major_minor(version: str) -> str:
+    """``2.13.0+cpu`` -> ``2.13``: the same on every machine with the pinned package."""
+    return ".".join(version.split("+")[0].split(".")[:2])
+
+
 SETUP_NAMES = frozenset(
-    "math os sys torch F nn plt widgets encoder_lib grading pretraining".split()
+    "math os sys torch F nn plt widgets encoder_lib grading pretraining "
+    "jax jnp nnx jax_bridge".split()
 )
 """The names the notebooks' setup cell imports for the student's code
 (tests/test_restart_hints.py checks the list against every setup cell)."""

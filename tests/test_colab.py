@@ -28,9 +28,12 @@ from tools.student_edition import released
 
 pytestmark = pytest.mark.slow
 
-# Start an IPython kernel the way Colab's is: google.colab already imported.
+# Start an IPython kernel the way Colab's is: google.colab already imported, with its `output`
+# module (JAX's debugger imports google.colab.output as soon as it sees Colab: notebook 10).
 FAKE_COLAB_KERNEL = (
-    "import sys, types; sys.modules['google.colab'] = types.ModuleType('google.colab'); "
+    "import sys, types; colab = types.ModuleType('google.colab'); "
+    "colab.output = types.ModuleType('google.colab.output'); "
+    "sys.modules.update({'google.colab': colab, 'google.colab.output': colab.output}); "
     "from ipykernel import kernelapp; kernelapp.launch_new_instance()"
 )
 REPORT = (

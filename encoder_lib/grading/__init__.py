@@ -20,6 +20,7 @@ from . import (
     decoder,
     encoder,
     feed_forward,
+    jax_port,
     layer_norm,
     masked_lm,
     modern,
@@ -31,6 +32,7 @@ from .decoder import *  # noqa: F403
 from .encoder import *  # noqa: F403
 from .feed_forward import *  # noqa: F403
 from .feedback import ForbiddenCallError, GradingError, NotWrittenYet, hint, show_full_tracebacks
+from .jax_port import *  # noqa: F403
 from .layer_norm import *  # noqa: F403
 from .masked_lm import *  # noqa: F403
 from .modern import *  # noqa: F403
@@ -57,4 +59,5 @@ __all__ = [
     *decoder.__all__,
     *masked_lm.__all__,
     *modern.__all__,
+    *jax_port.__all__,
 ]

@@ -169,6 +169,26 @@ class Forbidden:
 
     torch: Mapping[Any, str] = field(default_factory=dict)
     python: Mapping[Any, str] = field(default_factory=dict)
+    by_name: Mapping[str, str] = field(default_factory=dict)
+    """``"module:qualname"`` -> its name in messages: Python functions or classes of a package
+    the course does not import everywhere (``"flax.nnx:LayerNorm"``), watched like ``python``
+    when that package is already imported in the student's kernel (it must be, to be called)."""
+
+    def resolved(self) -> dict[Any, str]:
+        """``python`` and the objects of ``by_name`` whose package is imported."""
+        found = dict(self.python)
+        for where, name in self.by_name.items():
+            module, _, qualname = where.partition(":")
+            if module.partition(".")[0] not in sys.modules:
+                continue
+            try:
+                obj: Any = importlib.import_module(module)
+                for part in qualname.split("."):
+                    obj = getattr(obj, part)
+            except (ImportError, AttributeError):
+                continue
+            found[obj] = name
+        return found
 
 
 FORBIDDEN: dict[str, Forbidden] = {}
@@ -296,7 +316,7 @@ def student_mode(exercise: str, seed: int = 0) -> Iterator[list[str]]:
     seen (empty when all is well)."""
     forbidden = FORBIDDEN.get(exercise, Forbidden())
     codes: dict[Any, str] = {}
-    for obj, name in forbidden.python.items():
+    for obj, name in forbidden.resolved().items():
         for fn in _functions_of(obj):
             codes[fn.__code__] = name
     seen: list[str] = []

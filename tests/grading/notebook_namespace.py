@@ -41,10 +41,10 @@ class Check(NamedTuple):
     check: Callable[..., None]
 
 
-def setup_namespace() -> dict[str, Any]:
+def setup_namespace(with_jax: bool = False) -> dict[str, Any]:
     """The globals after the setup cell: its imports, in a module named ``__main__`` as in a
-    kernel."""
-    return {
+    kernel; ``with_jax`` adds notebook 10's (``jax``, ``jnp``, ``nnx``, ``jax_bridge``)."""
+    namespace = {
         "__name__": "__main__",
         "math": math,
         "torch": torch,
@@ -53,6 +53,15 @@ def setup_namespace() -> dict[str, Any]:
         "encoder_lib": encoder_lib,
         "grading": grading,
     }
+    if with_jax:
+        import jax
+        import jax.numpy as jnp
+        from flax import nnx
+
+        from encoder_lib import jax_bridge
+
+        namespace |= {"jax": jax, "jnp": jnp, "nnx": nnx, "jax_bridge": jax_bridge}
+    return namespace
 
 
 def stub(source: str) -> str:
@@ -129,7 +138,7 @@ class SolutionNotebook:
     def namespace(self, replace: Mapping[str, str] | None = None) -> dict[str, Any]:
         """The notebook's globals once its answer cells have run, those in ``replace`` (answer
         grade_id -> source) replaced."""
-        namespace = setup_namespace()
+        namespace = setup_namespace(with_jax="import jax" in self.source("setup"))
         for grade_id, source in self.answers.items():
             self.execute(grade_id, namespace, (replace or {}).get(grade_id, source))
         return namespace

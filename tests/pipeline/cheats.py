@@ -24,6 +24,8 @@ def _zeroed(out):
     result keeps its gradient (out - out.detach() is 0 but differentiates like out)."""
     if isinstance(out, torch.Tensor):
         return out - out.detach() if out.is_floating_point() else torch.zeros_like(out)
+    if type(out).__module__.startswith("jax"):  # notebook 10's arrays
+        return out * 0
     if isinstance(out, tuple):
         return tuple(_zeroed(o) for o in out)
     if isinstance(out, int | float) and not isinstance(out, bool):
@@ -36,17 +38,23 @@ def is_class(source: str, name: str) -> bool:
     return f"class {name}" in source
 
 
+def is_nnx(source: str) -> bool:
+    """A Flax NNX answer (notebook 10): called through ``__call__``, not ``forward``."""
+    return "(nnx.Module)" in source
+
+
 def zeroed(layout: C.Layout, gid: str, helper: str = ZEROED_HELPER, wrap: str = "_zeroed") -> str:
     """The reference answer of cell ``gid`` with every output replaced by ``wrap(output)``."""
     name, source = layout.defines[gid], layout.reference[gid]
     if is_class(source, name):
+        method = "__call__" if is_nnx(source) else "forward"
         wrapper = f"""
 _StudentImpl = {name}
 
 
 class {name}(_StudentImpl):
-    def forward(self, *args, **kwargs):
-        return {wrap}(super().forward(*args, **kwargs))
+    def {method}(self, *args, **kwargs):
+        return {wrap}(super().{method}(*args, **kwargs))
 """
     else:
         wrapper = f"""
@@ -69,7 +77,7 @@ def looping(layout: C.Layout, gid: str) -> str:
 
 
             class {name}(_StudentImpl):
-                def forward(self, *args, **kwargs):
+                def {"__call__" if is_nnx(source) else "forward"}(self, *args, **kwargs):
                     while True:
                         pass
             """)
@@ -104,6 +112,8 @@ def _lying(out):
     if isinstance(out, torch.Tensor):
         zero = out - out.detach() if out.is_floating_point() else torch.zeros_like(out)
         return zero.as_subclass(AlwaysRight)
+    if type(out).__module__.startswith("jax"):  # notebook 10: no torch to lie through
+        return out * 0
     if isinstance(out, tuple):
         return tuple(_lying(o) for o in out)
     return out
@@ -175,9 +185,11 @@ def _in_answer(suffix: str, prefix: str = ""):
     return build
 
 
-def _find(layout: C.Layout, *names: str) -> str | None:
+def _find(layout: C.Layout, *names: str, nnx: bool = False) -> str | None:
+    """The answer cell defining one of ``names``: a PyTorch answer, or with ``nnx`` a Flax NNX
+    one (notebook 10 reuses the names ``LayerNorm``, ``MultiHeadAttention``, ``FeedForward``)."""
     for gid in layout.answers:
-        if layout.defines[gid] in names:
+        if layout.defines[gid] in names and is_nnx(layout.reference[gid]) == nnx:
             return gid
     return None
 
@@ -259,6 +271,24 @@ def _delegate_torch(nb, layout):
         if gid:
             return C.with_cells(nb, {gid: source})
     return None
+
+
+DELEGATE_TO_FLAX = '''
+class LayerNorm(nnx.Module):
+    """Delegates to nnx.LayerNorm, with PyTorch's epsilon."""
+
+    def __init__(self, num_features, *, epsilon=None, rngs=None):
+        eps = 1e-5 if epsilon is None else epsilon
+        self.norm = nnx.LayerNorm(num_features, epsilon=eps, rngs=rngs or nnx.Rngs(0))
+
+    def __call__(self, x):
+        return self.norm(x)
+'''
+
+
+def _delegate_flax(nb, layout):
+    gid = _find(layout, "LayerNorm", nnx=True)
+    return None if gid is None else C.with_cells(nb, {gid: DELEGATE_TO_FLAX})
 
 
 def _delegate_encoder_lib(nb, layout):
@@ -552,6 +582,13 @@ CHEATS = [
         says=FORBIDDEN_SAYS,
     ),
     Cheat(
+        "delegate_to_flax",
+        "notebook 10's LayerNorm wraps nnx.LayerNorm (with PyTorch's epsilon)",
+        _delegate_flax,
+        expect="exercise",
+        says=FORBIDDEN_SAYS,
+    ),
+    Cheat(
         "delegate_to_encoder_lib",
         "class <Module>(encoder_lib.<Module>): pass",
         _delegate_encoder_lib,
@@ -663,7 +700,7 @@ REQUIRED = {
     "fake_grading_module", "checker_via_vars", "checker_via_class_swap", "lying_function_mode",
     "check_code_swap", "closure_cells", "gc_reach", "parent_package_attribute",
     "module_and_class_setattr", "steps_cleared", "settrace_locals", "caller_frame",
-    "builtins_import_swap", "sys_modules_swap", "fake_serve",
+    "builtins_import_swap", "sys_modules_swap", "fake_serve", "delegate_to_flax",
 }  # fmt: skip
 
 ACCEPTED = [

@@ -540,3 +540,34 @@ def test_a_mistake_in_an_earlier_exercise_is_named_where_it_lives(student_lab, b
     assert text.startswith("Exercise 4 · scaled_dot_product_attention: not right yet"), text
     assert "this comes from your attention_scores (exercise 1)" in text
     assert "sqrt(d_k)" in text and "Traceback" not in text
+
+
+def test_a_jax_answer_s_mistake_is_named_in_the_browser(student_lab, browser, artifacts):
+    """Notebook 10 answered right except LayerNorm, which keeps Flax's epsilon: Run All stops at
+    exercise 3's test cell, which names the epsilon in a short block without a traceback (the
+    check ran the JAX module on PyTorch's weights and compared with nn.LayerNorm)."""
+    name = "10_jax_encoder"
+    answers = _answers(SOLUTIONS / name / f"{name}.ipynb")
+    wrong = answers["jax_layer_norm"].replace("1e-5 if epsilon is None", "1e-6 if epsilon is None")
+    assert wrong != answers["jax_layer_norm"]
+    answers["jax_layer_norm"] = wrong
+    nb = nbformat.read(student_lab.root / name / f"{name}.ipynb", as_version=4)
+    for cell in nb.cells:
+        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if grade_id in answers:
+            cell.source = answers[grade_id]
+    relpath = f"{name}/{name}_flax_epsilon.ipynb"
+    nbformat.write(nb, student_lab.root / relpath)
+    ran = open_and_run_all(browser, student_lab, relpath, artifacts, "student-jax-mistake")
+    index = next(
+        i
+        for i, c in enumerate(ran.notebook.cells)
+        if c.metadata.get("nbgrader", {}).get("grade_id") == "test_jax_layer_norm"
+    )
+    (output,) = ran.outputs[index]
+    _cell_js(ran, index, "node.scrollIntoView({block: 'center'})")
+    ran.shot("exercise-3", ran.page.locator(".jp-Cell").nth(index))
+    ran.page.close()
+    text = re.sub(r"\s+", " ", re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(output["traceback"])))
+    assert text.startswith("Exercise 3 · LayerNorm: not right yet"), text
+    assert "Flax's default" in text and "Traceback" not in text

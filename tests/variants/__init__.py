@@ -22,6 +22,7 @@ ASSIGNMENTS = (
     "07_decoder",
     "08_pretraining",
     "09_modern_encoder",
+    "10_jax_encoder",
 )
 
 

@@ -1,0 +1,1361 @@
+"""Checks of notebook 10 (the encoder block in JAX with Flax NNX), judged against PyTorch.
+
+The grader never imports JAX: it sends torch tensors and PyTorch state dicts as for every other
+notebook, and the kernel's side of a call (the ``"jax"`` scenario below, run by ``wire.serve``
+at autograde and by the visible checks in the notebook) converts them to JAX arrays, builds the
+student's NNX module, writes PyTorch's weights into it with ``encoder_lib.jax_bridge``, calls
+it, and sends the outputs back as torch tensors. The reference is PyTorch's own module on the
+same weights (``nn.LayerNorm``, ``nn.MultiheadAttention``, ``nn.TransformerEncoderLayer``), in
+float32 on both sides, compared to float32's rounding (``ATOL``, ``RTOL``).
+
+Dropout cannot be compared value for value with PyTorch's (the random streams differ), so in a
+module's cases the notebook's ``dropout`` (exercise 1, graded on its own) is replaced, while the
+call runs, by one that records every call: the rate, ``deterministic``, the key, and the mask
+it drew from that key. The reference then applies the recorded masks at PyTorch's dropout sites:
+the comparison sees where dropout sits and how it scales, and the recorded keys show whether
+every site and every step got a fresh key.
+
+Named mistakes: Flax's epsilon, unbiased variance, the variance lost to cancellation in float32
+(layer norm); a kernel left in PyTorch's (out, in) layout (transplant); the softmax over the
+queries, scaling by sqrt(D), the padding mask read the PyTorch way (attention); pre-norm, a
+missing residual (block); a key reused across sites or steps; dropout running when
+``deterministic=True``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import math
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from . import observe, runner
+from .feedback import GradingError, Mistake
+from .observe import Call, Failure, Forbidden, Observation, Unfit, global_names, namespace_of
+from .runner import Case, Exercise, ModuleSpec, close, mismatch, randn
+
+__all__ = [
+    "check_jax_dropout",
+    "check_jax_load_linear",
+    "check_jax_layer_norm",
+    "check_jax_feed_forward",
+    "check_jax_attention",
+    "check_jax_encoder_block",
+]
+
+ATOL, RTOL = 2e-5, 2e-4
+"""float32 in JAX against float32 in PyTorch: different summation orders, same function."""
+
+FLAX_EPS, TORCH_EPS = 1e-6, 1e-5
+
+_REFERENCE = "encoder_lib.jax_encoder"
+_JAX_ONLY = {
+    "jax_dropout": {"flax.nnx:Dropout": "nnx.Dropout", f"{_REFERENCE}:dropout": "the reference"},
+    "jax_load_linear": {
+        f"{_REFERENCE}:load_linear": "the reference",
+        "encoder_lib.jax_bridge:load_from_torch": "encoder_lib.jax_bridge",
+    },
+    "jax_layer_norm": {
+        "flax.nnx:LayerNorm": "nnx.LayerNorm",
+        "jax.nn:standardize": "jax.nn.standardize",
+        f"{_REFERENCE}:LayerNorm": "the reference",
+    },
+    "jax_feed_forward": {f"{_REFERENCE}:FeedForward": "the reference"},
+    "jax_attention": {
+        "flax.nnx:MultiHeadAttention": "nnx.MultiHeadAttention",
+        "flax.nnx:dot_product_attention": "nnx.dot_product_attention",
+        "jax.nn:dot_product_attention": "jax.nn.dot_product_attention",
+        f"{_REFERENCE}:MultiHeadAttention": "the reference",
+    },
+    "jax_encoder_block": {
+        "flax.nnx:MultiHeadAttention": "nnx.MultiHeadAttention",
+        f"{_REFERENCE}:EncoderBlock": "the reference",
+    },
+}
+for _name, _by_name in _JAX_ONLY.items():
+    observe.FORBIDDEN[_name] = Forbidden(
+        by_name={k: v.replace("the reference", k.replace(":", ".")) for k, v in _by_name.items()}
+    )
+
+IMMUTABLE = (
+    "JAX arrays cannot be changed in place (no x[...] = ..., no slice +=): build a new array "
+    "with x.at[index].set(value) or jnp.where."
+)
+
+
+# --- the kernel's side: the "jax" scenario -------------------------------------------------------
+
+
+def _run_jax(lookup: Callable[[str], Any], call: Call) -> Observation:
+    """Run ``call`` on the student's JAX code: ``options["setup"]`` is ``"function"`` (call the
+    target once per ``options["runs"]`` entry ``(key seed, deterministic)``), ``"linear"`` (hand
+    it an ``nnx.Linear`` to fill) or ``"module"`` (build it, load ``state`` with
+    ``jax_bridge.load_from_torch(..., options["layout"])``, call it ``options["steps"]`` times
+    with ``deterministic = not call.train``)."""
+    from flax import nnx  # JAX is imported only where this notebook runs
+
+    if _SERVING[0] != call.exercise:  # a new exercise: forget the last one's programs
+        _release_compiled()
+        _SERVING[0] = call.exercise
+    target = observe._lookup_target(lookup, call.target)
+    setup = call.options.get("setup", "function")
+    is_nnx_class = isinstance(target, type) and issubclass(target, nnx.Module)
+    kind = "nnx module class" if is_nnx_class else observe.kind_of(target)
+    obs = Observation(info={"target": kind, "globals": global_names(target)})
+    if (setup == "module") != is_nnx_class or not callable(target):
+        return obs
+    record: list[list[dict[str, Any]]] = []
+    phase = "construct"
+    with observe.student_mode(call.exercise, call.seed) as seen:
+        try:
+            recording = _recording_dropout(target, record) if setup == "module" else None
+            with recording or contextlib.nullcontext():
+                if setup == "function":
+                    phase = "call"
+                    value = _run_function(target, call)
+                elif setup == "linear":
+                    phase = "call"
+                    value = _run_linear(target, call, obs)
+                else:
+                    module = target(
+                        *_jax(call.init[0] if call.init else ()),
+                        **_jax(dict(call.init[1]) if call.init else {}),
+                        rngs=nnx.Rngs(params=call.seed, dropout=call.seed + 1),
+                    )
+                    obs.info["module"] = _describe(module)
+                    if not isinstance(module, nnx.Module):
+                        return obs
+                    phase = "load"
+                    _load(module, call)
+                    phase = "call"
+                    value = _run_module(module, call, record)
+            obs.value, obs.info["tensors"] = observe.export_value(_torch(value))
+        except Unfit as problem:
+            obs.failure = Failure("missing", "", str(problem), phase) if not seen else None
+        except Exception as error:  # anything the student's code raised is observed
+            obs.failure = observe._failure(error, phase, seen)
+        if seen and obs.failure is None:
+            obs.failure = Failure("forbidden", seen[0], "", phase)
+    obs.info["dropout"] = record
+    # The student's code got JAX copies: nothing it does can change the tensors it was sent.
+    obs.after = {n: t.clone() for n, t in observe.named_tensors(call.args, call.kwargs).items()}
+    return obs
+
+
+observe.SCENARIOS["jax"] = _run_jax
+
+
+_SERVING = [""]
+"""The exercise whose calls this kernel ran last."""
+
+
+def _release_compiled() -> None:
+    """Forget the operations JAX compiled so far and give their memory back.
+
+    Run eagerly, JAX compiles every operation for every new shape and keeps each program: the
+    checks of notebook 10's six exercises compiled about 350 programs, which held about 500 MB
+    of the kernel's memory (measured), more than Binder grants a session. Released whenever the
+    calls move on to another exercise: an exercise's cases share their shapes, so clearing
+    between its cases would compile the same programs again (five times slower, measured)."""
+    import jax
+
+    jax.clear_caches()
+    # glibc keeps freed memory in its arenas unless asked to return it; elsewhere (macOS) the
+    # memory is reused rather than returned.
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
+def _jax(value: Any) -> Any:
+    """torch tensors -> JAX arrays, inside tuples, lists and dicts."""
+    from encoder_lib.jax_bridge import to_jax
+
+    if isinstance(value, torch.Tensor):
+        return to_jax(value)
+    if isinstance(value, tuple | list):
+        return type(value)(_jax(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _jax(v) for k, v in value.items()}
+    return value
+
+
+def _torch(value: Any) -> Any:
+    """JAX (and NumPy) arrays -> torch tensors, inside tuples and lists."""
+    import jax
+    import numpy as np
+
+    if isinstance(value, jax.Array | np.ndarray):
+        return torch.from_numpy(np.array(value))
+    if isinstance(value, tuple | list):
+        return type(value)(_torch(v) for v in value)
+    return value
+
+
+def _key_data(key: Any) -> torch.Tensor | None:
+    """A key's bits as int64 (typed keys and legacy uint32 keys alike), or None."""
+    import jax
+    import numpy as np
+
+    try:
+        if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
+            key = jax.random.key_data(key)
+        return torch.from_numpy(np.asarray(key).astype(np.int64))
+    except Exception:  # not a key: the reference dropout below will say so when it uses it
+        return None
+
+
+@contextlib.contextmanager
+def _recording_dropout(target: Any, record: list[list[dict[str, Any]]]) -> Iterator[None]:
+    """While the call runs, the notebook's ``dropout`` is the reference's, recording each call
+    in ``record[-1]`` (one list per step of the module)."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    namespace = namespace_of(target)
+    if not isinstance(namespace, dict) or not callable(namespace.get("dropout")):
+        yield
+        return
+
+    def dropout(x, rate, *args, **kwargs):
+        named = dict(zip(("deterministic", "key"), args, strict=False)) | kwargs
+        deterministic, key = bool(named.get("deterministic", False)), named.get("key")
+        entry = {
+            "rate": float(rate),
+            "deterministic": deterministic,
+            "shape": tuple(int(n) for n in x.shape),
+            "key": _key_data(key),
+            "mask": None,
+        }
+        if record:
+            record[-1].append(entry)
+        if deterministic or rate == 0.0:
+            return x
+        keep = jax.random.bernoulli(key, 1.0 - rate, x.shape)
+        entry["mask"] = torch.from_numpy(np.asarray(keep))
+        return jnp.where(keep, x / (1.0 - rate), 0.0)
+
+    original = namespace["dropout"]
+    namespace["dropout"] = dropout
+    try:
+        yield
+    finally:
+        namespace["dropout"] = original
+
+
+def _run_function(target: Any, call: Call) -> tuple[Any, ...]:
+    import jax
+
+    args, kwargs = _jax(call.args), _jax(dict(call.kwargs))
+    return tuple(
+        target(*args, **kwargs, deterministic=deterministic, key=jax.random.key(seed))
+        for seed, deterministic in call.options["runs"]
+    )
+
+
+def _run_linear(target: Any, call: Call, obs: Observation) -> tuple[Any, Any]:
+    from flax import nnx
+
+    d_in, d_out, use_bias = call.options["linear"]
+    layer = nnx.Linear(d_in, d_out, use_bias=use_bias, rngs=nnx.Rngs(call.seed))
+    obs.info["before"] = _torch((layer.kernel[...], layer.bias[...] if use_bias else None))
+    target(layer, *_jax(call.args))
+    return layer.kernel[...], (layer.bias[...] if use_bias else None)
+
+
+def _load(module: Any, call: Call) -> None:
+    from encoder_lib.jax_bridge import load_from_torch
+
+    if call.state is None:
+        return
+    try:
+        load_from_torch(module, call.state, call.options["layout"])
+    except (AttributeError, TypeError, KeyError, ValueError) as problem:
+        raise Unfit(
+            f"PyTorch's weights cannot be written into {type(module).__name__}: {problem}. "
+            "Keep the given __init__ and its attribute names."
+        ) from None
+
+
+def _run_module(module: Any, call: Call, record: list[list[dict[str, Any]]]) -> Any:
+    args, kwargs = _jax(call.args), _jax(dict(call.kwargs))
+    if call.options.get("plain_call"):  # a module without dropout (LayerNorm): module(x)
+        return module(*args, **kwargs)
+    outputs = []
+    for _ in range(call.options.get("steps", 1)):
+        record.append([])
+        outputs.append(module(*args, **kwargs, deterministic=not call.train))
+    return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+
+def _describe(module: Any) -> dict[str, Any]:
+    """``describe_module``'s facts for an NNX module: parameters by dotted path (their initial
+    values), sub-modules by path and class."""
+    from flax import nnx
+
+    facts: dict[str, Any] = {"type": type(module).__qualname__}
+    facts["is_module"] = isinstance(module, nnx.Module)
+    if facts["is_module"]:
+        params = nnx.to_flat_state(nnx.state(module, nnx.Param))
+        facts["parameters"] = {
+            ".".join(str(p) for p in path): _torch(_array(v)) for path, v in params
+        }
+        facts["submodules"] = {
+            ".".join(str(p) for p in path): f"{type(m).__module__}.{type(m).__qualname__}"
+            for path, m in module.iter_modules()
+            if path
+        }
+    facts["attrs"] = {}
+    return facts
+
+
+def _array(variable: Any) -> Any:
+    getter = getattr(variable, "get_value", None)
+    return getter() if getter is not None else variable[...]
+
+
+# --- the grader's side: PyTorch references with switches ----------------------------------------
+
+
+def _layer_norm(x, weight, bias, eps: float, way: str = "") -> torch.Tensor:
+    """LayerNorm over the last axis; ``way`` names a mistake."""
+    mean = x.mean(-1, keepdim=True)
+    variance = x.var(-1, unbiased=way == "unbiased", keepdim=True)
+    if way == "eps outside":
+        return (x - mean) / (variance.sqrt() + eps) * weight + bias
+    eps = {"flax eps": FLAX_EPS, "no eps": 0.0, "eps argument ignored": TORCH_EPS}.get(way, eps)
+    if way == "no affine":
+        return (x - mean) / torch.sqrt(variance + eps)
+    return (x - mean) / torch.sqrt(variance + eps) * weight + bias
+
+
+def _apply(mask: torch.Tensor | None, t: torch.Tensor, p: float) -> torch.Tensor:
+    return t if mask is None else torch.where(mask, t / (1.0 - p), torch.zeros_like(t))
+
+
+def _feed_forward(state, x, masks=(None,), p=0.0, prefix="", way="") -> torch.Tensor:
+    h = F.linear(x, state[f"{prefix}linear1.weight"], state[f"{prefix}linear1.bias"])
+    h = {
+        "gelu": lambda t: F.gelu(t, approximate="tanh"),  # jax.nn.gelu's default
+        "exact gelu": F.gelu,
+        "no activation": lambda t: t,
+    }.get(way, F.relu)(h)
+    return F.linear(
+        _apply(masks[0], h, p), state[f"{prefix}linear2.weight"], state[f"{prefix}linear2.bias"]
+    )
+
+
+def _attention(state, x, keep, H, masks=(None,), p=0.0, prefix="", way="") -> torch.Tensor:
+    """nn.MultiheadAttention's function on its state dict; ``keep`` (B, L): True = real token."""
+    B, L, D = x.shape
+    d_head = D // H
+    w_q, w_k, w_v = state[f"{prefix}in_proj_weight"].chunk(3)
+    b_q, b_k, b_v = state[f"{prefix}in_proj_bias"].chunk(3)
+
+    def heads(t: torch.Tensor) -> torch.Tensor:  # (B, L, D) -> (B, H, L, d_head)
+        if way == "split without transpose":
+            return t.reshape(B, H, L, d_head)
+        return t.reshape(B, L, H, d_head).transpose(1, 2)
+
+    q, k, v = (
+        heads(F.linear(x, w_q, b_q)),
+        heads(F.linear(x, w_k, b_k)),
+        heads(F.linear(x, w_v, b_v)),
+    )
+    scale = {"sqrt(D)": math.sqrt(D), "no scale": 1.0}.get(way, math.sqrt(d_head))
+    scores = q @ k.transpose(-2, -1) / scale  # (B, H, L_q, L_k)
+    if keep is not None and way != "mask ignored":
+        attend = ~keep if way == "mask inverted" else keep
+        scores = scores.masked_fill(~attend[:, None, None, :], float("-inf"))
+    weights = scores.softmax(dim=-2 if way == "softmax over queries" else -1)
+    context = _apply(masks[0], weights, p) @ v  # (B, H, L, d_head)
+    if way == "merge without transpose":
+        context = context.reshape(B, L, D)
+    else:
+        context = context.transpose(1, 2).reshape(B, L, D)
+    return F.linear(context, state[f"{prefix}out_proj.weight"], state[f"{prefix}out_proj.bias"])
+
+
+def _block(state, x, keep, H, masks=(None,) * 4, p=0.0, way="") -> torch.Tensor:
+    """nn.TransformerEncoderLayer (post-norm, ReLU) on its state dict, with ``masks`` for its
+    four dropout sites: the attention weights, the attention's output, the feed-forward
+    network's hidden units, its output."""
+    eps = FLAX_EPS if way == "flax eps" else TORCH_EPS
+
+    def norm(i: int, t: torch.Tensor) -> torch.Tensor:
+        i = 1 if way == "norm1 twice" else i
+        return _layer_norm(t, state[f"norm{i}.weight"], state[f"norm{i}.bias"], eps)
+
+    mask = {"mask inverted": None if keep is None else ~keep, "mask ignored": None}.get(way, keep)
+    attend = lambda t: _attention(state, t, mask, H, masks[:1], p, "self_attn.")  # noqa: E731
+    feed = lambda t: _feed_forward(state, t, masks[2:3], p)  # noqa: E731
+    res1, res2 = way != "no residual (attention)", way != "no residual (feed-forward)"
+    if way == "pre-norm":
+        x = x + _apply(masks[1], attend(norm(1, x)), p)
+        return x + _apply(masks[3], feed(norm(2, x)), p)
+    if way == "dropout on the sum":
+        x = norm(1, _apply(masks[1], x + attend(x), p))
+        return norm(2, _apply(masks[3], x + feed(x), p))
+    x = norm(1, x * res1 + _apply(masks[1], attend(x), p))
+    return norm(2, x * res2 + _apply(masks[3], feed(x), p))
+
+
+# --- what the cases share ------------------------------------------------------------------------
+
+
+def _hint(extra: Callable[[Failure], str | None] | None = None) -> Callable[[Failure], str | None]:
+    def hint(failure: Failure) -> str | None:
+        own = extra(failure) if extra is not None else None
+        if own is None and "immutable" in failure.message:
+            return IMMUTABLE
+        return own
+
+    return hint
+
+
+def _float32(*shape: int, seed: int) -> torch.Tensor:
+    return randn(*shape, seed=seed).to(torch.float32)
+
+
+def _keep(lengths: Sequence[int], L: int) -> torch.Tensor:
+    """(B, L), True at each sequence's first ``lengths[b]`` positions (real tokens)."""
+    return torch.arange(L)[None, :] < torch.tensor(list(lengths))[:, None]
+
+
+def _randomised(module: nn.Module, seed: int) -> dict[str, torch.Tensor]:
+    """The module's state dict with every parameter random (no unit gain or zero bias that
+    could hide a swapped or missing one), float32."""
+    state = {}
+    for i, (name, t) in enumerate(module.state_dict().items()):
+        noise = randn(*t.shape, seed=seed * 100 + i).to(torch.float32)
+        if "norm" in name and name.endswith("weight"):
+            state[name] = 1.0 + 0.3 * noise
+        elif name.endswith("bias"):
+            state[name] = 0.2 * noise
+        else:
+            state[name] = t.detach().clone()
+    module.load_state_dict(state)
+    return state
+
+
+class _Masks:
+    """The dropout masks a call recorded, per step: read by the precheck, used by the
+    reference of a training-mode case."""
+
+    def __init__(self) -> None:
+        self.steps: list[list[torch.Tensor | None]] = []
+
+
+def _sites(
+    target: str,
+    train: bool,
+    rate: float,
+    sites: Sequence[tuple[tuple[int, ...], str]],
+    into: _Masks,
+) -> Callable[[Observation], str | None]:
+    """A precheck on the recorded dropout calls: none active when ``deterministic=True``; in
+    training mode one per site, in PyTorch's order, at the module's rate."""
+
+    def check(obs: Observation) -> str | None:
+        steps = obs.info.get("dropout") or []
+        into.steps = []
+        for calls in steps:
+            active = [c for c in calls if not c["deterministic"] and c["rate"] > 0]
+            if not train:
+                if active:
+                    return Mistake(
+                        "dropout-when-deterministic",
+                        f"dropout ran although {target} was called with deterministic=True (on "
+                        f"an array of shape {active[0]['shape']}): pass `deterministic` on to "
+                        "every dropout call and every sub-module.",
+                    )
+                continue
+            if rate == 0:
+                into.steps.append([None] * len(sites))
+                continue
+            where = "; ".join(f"{text} {shape}" for shape, text in sites)
+            if not active:
+                return Mistake(
+                    "dropout-not-called",
+                    f"with deterministic=False, {target} never called your `dropout` "
+                    f"(exercise 1). PyTorch's module applies dropout at: {where}. Call "
+                    "`dropout` there, with a fresh key from self.rngs.dropout() each time.",
+                )
+            got = [tuple(c["shape"]) for c in active]
+            want = [shape for shape, _ in sites]
+            if got != want:
+                return Mistake(
+                    "dropout-sites",
+                    f"with deterministic=False, {target} applied dropout to arrays of shapes "
+                    f"{got}; PyTorch's module applies it at: {where}, in that order.",
+                )
+            wrong = [c["rate"] for c in active if not math.isclose(c["rate"], rate)]
+            if wrong:
+                return Mistake(
+                    "dropout-rate",
+                    f"dropout ran with rate {wrong[0]:g}, but the module's rate is {rate:g} "
+                    "(self.dropout_rate).",
+                )
+            into.steps.append([c["mask"] for c in active])
+        return None
+
+    check.sites = list(sites)  # type: ignore[attr-defined] (what tests/grading fabricate)
+    return check
+
+
+def _fresh_keys(target: str) -> Callable[[Observation, Any], str | None]:
+    """A requirement of training-mode cases: every dropout site and every step has its own key."""
+
+    def rule(obs: Observation, ask: Any) -> str | None:
+        seen: list[torch.Tensor] = []
+        for step, calls in enumerate(obs.info.get("dropout") or []):
+            keys = [c["key"] for c in calls if not c["deterministic"] and c["rate"] > 0]
+            for i, key in enumerate(keys):
+                if key is None:
+                    continue
+                if any(torch.equal(key, other) for other in keys[:i]):
+                    return Mistake(
+                        "same-key-two-sites",
+                        f"{target} passed the same key to two dropout sites in one call, so "
+                        "both drop the same positions (and are not independent): ask "
+                        "self.rngs.dropout() for a new key at every site.",
+                    )
+                if step and any(torch.equal(key, other) for other in seen):
+                    return Mistake(
+                        "same-key-every-step",
+                        f"{target}'s second call reused the keys of the first, so every step "
+                        "drops the same positions: draw the keys inside __call__ from "
+                        "self.rngs.dropout(), not once in __init__.",
+                    )
+            if step == 0:
+                seen = [k for k in keys if k is not None]
+        return None
+
+    return rule
+
+
+def _module_call(
+    target: str,
+    exercise: str,
+    init: tuple,
+    x,
+    state,
+    layout: str,
+    train: bool,
+    seed: int,
+    steps: int = 1,
+    **kwargs: Any,
+) -> Call:
+    return Call(
+        target,
+        exercise,
+        args=(x,),
+        kwargs=kwargs,
+        init=(init, {}),
+        state=state,
+        train=train,
+        scenario="jax",
+        options={"setup": "module", "layout": layout, "steps": steps},
+        seed=seed,
+    )
+
+
+_FLAX_SUBMODULES = {
+    "flax.nnx.nn.normalization.LayerNorm": "nnx.LayerNorm",
+    "flax.nnx.nn.attention.MultiHeadAttention": "nnx.MultiHeadAttention",
+}
+
+
+def _module_spec(cls: str, parameters: Sequence[str], given: bool) -> ModuleSpec:
+    keep = "keep the given __init__" if given else "name them scale and bias, as nnx.LayerNorm"
+    return ModuleSpec(
+        forbidden_submodules=_FLAX_SUBMODULES,
+        parameters=tuple(parameters),
+        names_message=(
+            f"{cls} has the parameters {{got}}, but {{expected}} were expected: {keep} "
+            "(jax_bridge writes PyTorch's weights into them)."
+        ),
+        not_module_message=f"{{call}} should build an nnx.Module: keep `class {cls}(nnx.Module)`.",
+        keep_init=keep,
+    )
+
+
+def _steps_case(
+    target: str,
+    what: str,
+    call: Call,
+    reference: Callable[[list[torch.Tensor | None]], torch.Tensor],
+    masks: _Masks,
+    sites: Sequence[tuple[tuple[int, ...], str]],
+    rate: float,
+    spec: ModuleSpec,
+    hint: Callable[[Failure], str | None],
+    mistakes: Callable[[list[torch.Tensor | None]], Mapping[str, torch.Tensor]] | None = None,
+    probes: Sequence[Any] = (),
+) -> Case:
+    """A module case: deterministic (the reference's own output) or in training mode, called
+    twice (the reference applies the masks each call recorded)."""
+    none = [None] * len(sites)
+    if call.train:
+        expected: Any = lambda: tuple(reference(m) for m in masks.steps)  # noqa: E731
+        slots: Sequence[str] = (f"the output of {what}, first call", "the same, second call")
+        wrong = None if mistakes is None else (lambda: _per_step(mistakes, masks))
+    else:
+        expected = lambda: reference(none)  # noqa: E731
+        slots = (f"the output of {what}",)
+        wrong = None if mistakes is None else (lambda: mistakes(none))
+    return Case(
+        call,
+        what,
+        expected=expected,
+        mistakes=wrong,
+        probes=probes,
+        requires=(_fresh_keys(target),) if call.train else (),
+        slots=slots,
+        letters=("the shape of x",) * len(slots),
+        atol=ATOL,
+        rtol=RTOL,
+        module=spec,
+        precheck=_sites(target, call.train, rate, sites, masks),
+        inputs={"args[0]": "x"},
+        failure_hint=hint,
+    )
+
+
+def _per_step(mistakes, masks: _Masks) -> dict[str, tuple[torch.Tensor, ...]]:
+    """Each mistake's value at every call, with that call's masks (none before an answer has
+    recorded some: nothing to compare then)."""
+    per_step = [mistakes(m) for m in masks.steps]
+    if not per_step:
+        return {}
+    return {text: tuple(values[text] for values in per_step) for text in per_step[0]}
+
+
+# --- exercise 1: dropout -------------------------------------------------------------------------
+
+
+def _dropout_judge(x: torch.Tensor, rate: float, runs) -> Callable[[Observation, Any], None]:
+    """Dropout's values are random: judged by their properties. Every run's output must have
+    x's shape; ``deterministic=True`` (or rate 0) returns x; otherwise each element is 0 or
+    x / (1 - rate), kept with probability 1 - rate, the same key giving the same output and
+    another key another."""
+
+    def judge(obs: Observation, ask: Any) -> None:
+        outs = obs.value if isinstance(obs.value, tuple) else ()
+        if len(outs) != len(runs) or not all(isinstance(o, torch.Tensor) for o in outs):
+            raise GradingError(
+                f"dropout should return one array, got {obs.value!r}.", mistake="not-a-tensor"
+            )
+        for out in outs:
+            if out.shape != x.shape:
+                raise GradingError(
+                    f"its output has shape {tuple(out.shape)}, but x has {tuple(x.shape)}: "
+                    "dropout keeps the shape.",
+                    mistake="shape",
+                )
+            if out.dtype != x.dtype:
+                raise GradingError(
+                    f"its output has dtype {out.dtype}; keep x's ({x.dtype}).", mistake="dtype"
+                )
+        for out, (_, deterministic) in zip(outs, runs, strict=True):
+            if (deterministic or rate == 0.0) and not torch.equal(out, x):
+                raise GradingError(
+                    Mistake(
+                        "active-when-deterministic",
+                        "with deterministic=True (or rate = 0) dropout must return x unchanged: "
+                        "it is what evaluation uses. Check `deterministic` before drawing a mask.",
+                    )
+                )
+        active = [o for o, (_, d) in zip(outs, runs, strict=True) if not d]
+        if rate == 0.0 or not active:
+            return
+        if rate >= 1.0:
+            for out in active:
+                if out.isnan().any() or (out != 0).any():
+                    raise GradingError(
+                        Mistake(
+                            "nan-at-rate-one",
+                            "with rate = 1 every element is dropped: the output is all zeros (no "
+                            "NaN from dividing by 1 - rate = 0: return zeros for rate 1).",
+                        )
+                    )
+            return
+        first = outs[0]
+        kept = first != 0
+        if not close(first[kept], x[kept] / (1 - rate), 1e-6, 1e-5):
+            for wrong, text in (
+                (x, Mistake("not-rescaled", "the kept elements are not rescaled: divide them "
+                    "by 1 - rate, the probability of keeping, so that each element's expected "
+                    "value stays x.")),
+                (x / rate, Mistake("divided-by-rate", "the kept elements are divided by rate; "
+                           "divide them by 1 - rate, the probability of keeping.")),
+                (x * (1 - rate), Mistake("multiplied-by-keep", "the kept elements are "
+                                 "multiplied by 1 - rate; divide by it (inverted dropout scales "
+                                 "at training time).")),
+            ):  # fmt: skip
+                if kept.any() and close(first[kept], wrong[kept], 1e-6, 1e-5):
+                    raise GradingError(text)
+            raise GradingError(
+                Mistake(
+                    "wrong-scale",
+                    "an element that is kept should equal x / (1 - rate) and a dropped one 0: "
+                    + mismatch("the kept elements", first[kept], x[kept] / (1 - rate), 1e-6, 1e-5),
+                )
+            )
+        share = kept.double().mean().item()
+        if abs(share - rate) < abs(share - (1 - rate)) and abs(share - (1 - rate)) > 0.05:
+            raise GradingError(
+                Mistake(
+                    "keeps-with-probability-rate",
+                    f"{share:.0%} of the elements were kept at rate {rate:g}: the rate is the "
+                    "probability of dropping. jax.random.bernoulli(key, p) is True with "
+                    "probability p; True should mean kept, so p = 1 - rate.",
+                )
+            )
+        if abs(share - (1 - rate)) > 0.05:
+            raise GradingError(
+                Mistake(
+                    "wrong-keep-share",
+                    f"{share:.0%} of the elements were kept at rate {rate:g}; expected about "
+                    f"{1 - rate:.0%}.",
+                )
+            )
+        again, other = outs[1], outs[2]  # runs: key 7, key 7 again, key 8
+        if not torch.equal(again, first):
+            raise GradingError(
+                Mistake(
+                    "not-from-key",
+                    "the same key gave two different masks: take all the randomness from `key` (no "
+                    "NumPy or Python random numbers), so that a step can be repeated.",
+                )
+            )
+        if torch.equal(other, first):
+            raise GradingError(
+                Mistake(
+                    "ignores-key",
+                    "two different keys dropped the same elements: the mask must come from `key` "
+                    "(jax.random.bernoulli(key, ...)); a fixed key inside the function drops the "
+                    "same positions at every site and step.",
+                )
+            )
+
+    return judge
+
+
+def _dropout_case(shape: tuple[int, ...], rate: float, seed: int) -> Case:
+    x = _float32(*shape, seed=seed)
+    x = torch.where(x == 0, torch.ones_like(x), x)  # no zeros: a 0 in the output was dropped
+    runs = ((7, False), (7, False), (8, False), (7, True))  # the judge reads them in this order
+    call = Call(
+        "dropout",
+        "jax_dropout",
+        args=(x,),
+        kwargs={"rate": rate},
+        scenario="jax",
+        options={"setup": "function", "runs": runs},
+    )
+    what = f"dropout(x, rate={rate:g}, deterministic=..., key=...) with x of shape {shape}"
+    return Case(
+        call, what, expected=None, judge=_dropout_judge(x, rate, runs), failure_hint=_hint()
+    )
+
+
+def _dropout_cases(thorough: bool) -> Iterator[Case]:
+    yield _dropout_case((64, 64), 0.25, seed=10_010)
+    yield _dropout_case((4, 8), 0.0, seed=10_020)
+    if not thorough:
+        return
+    yield _dropout_case((2, 16, 32), 0.5, seed=10_030)
+    yield _dropout_case((50, 40), 0.1, seed=10_040)
+    yield _dropout_case((3, 5), 1.0, seed=10_050)
+
+
+check_jax_dropout = runner.register(
+    Exercise(
+        "jax_dropout",
+        "Exercise 1 · dropout",
+        "dropout",
+        "test_jax_dropout",
+        "function",
+        "keep the given `def dropout(x, rate, *, deterministic, key):`",
+        _dropout_cases,
+    )
+)
+
+
+# --- exercise 2: load_linear ---------------------------------------------------------------------
+
+
+def _linear_hint(d_in: int, d_out: int) -> Callable[[Failure], str | None]:
+    def hint(failure: Failure) -> str | None:
+        if "broadcast" in failure.message or "shape" in failure.message.lower():
+            return (
+                f"nn.Linear's weight is (out, in) = ({d_out}, {d_in}); nnx.Linear's kernel is "
+                f"(in, out) = ({d_in}, {d_out}), because it computes x @ kernel: transpose it."
+            )
+        if "NoneType" in failure.message:
+            return "bias may be None (nn.Linear(bias=False)): then the layer has no bias to fill."
+        return None
+
+    return _hint(hint)
+
+
+def _linear_not_changed(obs: Observation, ask: Any) -> str | None:
+    before = obs.info.get("before")
+    if before and close(obs.value[0], before[0]):
+        return Mistake(
+            "layer-not-changed",
+            "the layer's kernel is what nnx.Linear started with: write into the given layer, "
+            "layer.kernel[...] = ... (an NNX module is changed in place; returning a new array "
+            "or a new layer leaves it as it was).",
+        )
+    return None
+
+
+def _linear_case(d_in: int, d_out: int, bias: bool, seed: int) -> Case:
+    weight = _float32(d_out, d_in, seed=seed)
+    b = _float32(d_out, seed=seed + 1) if bias else None
+    call = Call(
+        "load_linear",
+        "jax_load_linear",
+        args=(weight, b),
+        scenario="jax",
+        options={"setup": "linear", "linear": (d_in, d_out, bias)},
+        seed=seed,
+    )
+    what = f"load_linear(nnx.Linear({d_in}, {d_out}), weight {tuple(weight.shape)}, " + (
+        f"bias ({d_out},))" if bias else "bias None)"
+    )
+    mistakes = {
+        Mistake(
+            "kernel-reshaped",
+            "the kernel is weight reshaped to (in, out), which mixes its entries: nnx.Linear's "
+            "kernel is weight's transpose, weight.T.",
+        ): (weight.reshape(d_in, d_out), b)
+    }
+    if d_in == d_out:
+        mistakes[
+            Mistake(
+                "kernel-not-transposed",
+                "the kernel holds weight as it is: nn.Linear computes x @ weight.T, nnx.Linear "
+                "x @ kernel, so the kernel must be weight.T (with a square matrix nothing fails, "
+                "the values are just wrong).",
+            )
+        ] = (weight, b)
+    return Case(
+        call,
+        what,
+        expected=(weight.T.contiguous(), b),
+        mistakes=mistakes,
+        probes=(_linear_not_changed,),
+        slots=("the layer's kernel after the call", "the layer's bias after the call"),
+        letters=("(in, out)", "(out,)"),
+        shape_hints=(
+            {
+                (d_out, d_in): "That is nn.Linear's layout, (out, in): nnx.Linear's kernel is its "
+                "transpose, (in, out)."
+            },
+        ),
+        atol=0.0,
+        rtol=0.0,
+        failure_hint=_linear_hint(d_in, d_out),
+    )
+
+
+def _linear_cases(thorough: bool) -> Iterator[Case]:
+    yield _linear_case(6, 3, True, seed=10_110)
+    yield _linear_case(4, 4, True, seed=10_120)
+    if not thorough:
+        return
+    yield _linear_case(3, 8, True, seed=10_130)
+    yield _linear_case(5, 5, True, seed=10_140)
+    yield _linear_case(7, 2, False, seed=10_150)
+
+
+check_jax_load_linear = runner.register(
+    Exercise(
+        "jax_load_linear",
+        "Exercise 2 · load_linear",
+        "load_linear",
+        "test_jax_load_linear",
+        "function",
+        "keep the given `def load_linear(layer, weight, bias):`",
+        _linear_cases,
+    )
+)
+
+
+# --- exercise 3: LayerNorm -----------------------------------------------------------------------
+
+_LN_MISTAKES = {
+    "flax eps": Mistake(
+        "flax-eps",
+        "epsilon is 1e-6, Flax's default (nnx.LayerNorm's); this LayerNorm must match "
+        "PyTorch's nn.LayerNorm, whose default is 1e-5.",
+    ),
+    "unbiased": Mistake(
+        "unbiased",
+        "the variance divides by D - 1 (unbiased); LayerNorm divides by D: use the mean "
+        "of the squared deviations (jnp.var's default ddof=0).",
+    ),
+    "no eps": Mistake(
+        "no-eps",
+        "epsilon is missing: add it to the variance inside the square root.",
+    ),
+    "eps outside": Mistake(
+        "eps-outside",
+        "epsilon is added to the standard deviation; it goes inside the square root, "
+        "added to the variance.",
+    ),
+    "no affine": Mistake(
+        "no-affine",
+        "the output is normalised but scale and bias are not applied: multiply by "
+        "self.scale and add self.bias.",
+    ),
+    "eps argument ignored": Mistake(
+        "eps-argument-ignored",
+        "LayerNorm(D, epsilon=...) still uses 1e-5: store the epsilon it is "
+        "given (None only means PyTorch's default).",
+    ),
+}
+
+
+_EPS_WAYS = ("flax eps", "eps argument ignored")  # the first for the default, the second else
+
+
+def _ln_cancellation(obs: Observation, ask: Any) -> str | None:
+    return Mistake(
+        "variance-cancellation",
+        "right on the earlier inputs but not on x with a mean of 300: the variance computed as "
+        "mean(x²) - mean(x)² subtracts two numbers near 90,000, and float32 keeps about 7 "
+        "digits, so the variance (about 1) is lost. Subtract the mean first, then average the "
+        "squares.",
+    )
+
+
+def _ln_case(shape, seed: int, epsilon: float | None, scale: float = 1.0, shift: float = 0.0):
+    D = shape[-1]
+    x = _float32(*shape, seed=seed) * scale + shift
+    torch_norm = nn.LayerNorm(D, eps=TORCH_EPS if epsilon is None else epsilon)
+    state = _randomised(torch_norm, seed)
+    eps = torch_norm.eps
+    call = Call(
+        "LayerNorm",
+        "jax_layer_norm",
+        args=(x,),
+        init=((D,), {} if epsilon is None else {"epsilon": epsilon}),
+        state=state,
+        scenario="jax",
+        options={"setup": "module", "layout": "layer_norm", "steps": 1, "plain_call": True},
+        seed=seed,
+    )
+    made = f"LayerNorm({D})" if epsilon is None else f"LayerNorm({D}, epsilon={epsilon:g})"
+    what = f"{made} with PyTorch's weights, on x of shape {shape}"
+    if scale != 1.0:
+        what += f" with a spread of {scale:g}"
+    if shift:
+        what += f" and a mean of {shift:g}"
+    with torch.no_grad():
+        expected = torch_norm(x)
+    return Case(
+        call,
+        what,
+        expected=expected,
+        mistakes=lambda: {
+            text: _layer_norm(x, state["weight"], state["bias"], eps, way)
+            for way, text in _LN_MISTAKES.items()
+            if (way == "eps argument ignored") == (epsilon is not None) or way not in _EPS_WAYS
+        },
+        probes=(_ln_cancellation,) if shift else (),
+        slots=("its output",),
+        letters=("the shape of x",),
+        atol=2e-4 if shift else ATOL if scale >= 1.0 else 1e-4,  # float32 near 300: ulp 3e-5
+        rtol=RTOL,
+        module=_module_spec("LayerNorm", ("scale", "bias"), given=False),
+        inputs={"args[0]": "x"},
+        failure_hint=_hint(),
+    )
+
+
+def _ln_cases(thorough: bool) -> Iterator[Case]:
+    yield _ln_case((2, 5, 16), seed=10_210, epsilon=None)
+    yield _ln_case((3, 8), seed=10_220, epsilon=None, scale=0.003)  # epsilon shows
+    yield _ln_case((2, 4, 8), seed=10_230, epsilon=1e-3, scale=0.05)
+    if not thorough:
+        return
+    yield _ln_case((4, 6, 12), seed=10_240, epsilon=None, scale=0.002)
+    yield _ln_case((2, 3, 16), seed=10_250, epsilon=None, shift=300.0)
+    yield _ln_case((2, 2, 3, 8), seed=10_260, epsilon=0.01, scale=0.1)
+
+
+# Run with `module(x)`: LayerNorm has no `deterministic` argument.
+check_jax_layer_norm = runner.register(
+    Exercise(
+        "jax_layer_norm",
+        "Exercise 3 · LayerNorm",
+        "LayerNorm",
+        "test_jax_layer_norm",
+        "nnx class",
+        "write `class LayerNorm(nnx.Module)` with __init__(self, num_features, *, "
+        "epsilon=..., rngs=None) and __call__(self, x).",
+        _ln_cases,
+    )
+)
+
+
+# --- exercise 4: FeedForward ---------------------------------------------------------------------
+
+_FF_MISTAKES = {
+    "gelu": Mistake(
+        "gelu",
+        "it uses GELU (jax.nn.gelu); PyTorch's nn.TransformerEncoderLayer uses ReLU by default: "
+        "jax.nn.relu.",
+    ),
+    "exact gelu": Mistake(
+        "gelu-exact",
+        "it uses GELU (the exact form, approximate=False); PyTorch's nn.TransformerEncoderLayer "
+        "uses ReLU by default: jax.nn.relu.",
+    ),
+    "no activation": Mistake(
+        "no-activation",
+        "there is no activation between linear1 and linear2: without jax.nn.relu "
+        "the two layers are one linear map.",
+    ),
+}
+
+
+def _ff_case(shape, d_ff: int, p: float, train: bool, seed: int) -> Case:
+    D = shape[-1]
+    torch_ff = nn.Sequential()
+    torch_ff.linear1, torch_ff.linear2 = nn.Linear(D, d_ff), nn.Linear(d_ff, D)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        torch_ff.linear1.reset_parameters()
+        torch_ff.linear2.reset_parameters()
+    state = _randomised(torch_ff, seed)
+    x = _float32(*shape, seed=seed + 1)
+    masks = _Masks()
+    sites = [((*shape[:-1], d_ff), "the hidden units after the activation")]
+    call = _module_call(
+        "FeedForward",
+        "jax_feed_forward",
+        (D, d_ff, p),
+        x,
+        state,
+        "feed_forward",
+        train,
+        seed,
+        steps=2 if train else 1,
+    )
+    mode = "with deterministic=False, called twice" if train else "with deterministic=True"
+    what = f"FeedForward({D}, {d_ff}, {p:g}) with PyTorch's weights, {mode}, x of shape {shape}"
+    return _steps_case(
+        "FeedForward",
+        what,
+        call,
+        lambda m: _feed_forward(state, x, m, p),
+        masks,
+        sites,
+        p,
+        _module_spec(
+            "FeedForward", [f"linear{i}.{n}" for i in (1, 2) for n in ("kernel", "bias")], True
+        ),
+        _hint(),
+        mistakes=lambda m: {
+            text: _feed_forward(state, x, m, p, way=way) for way, text in _FF_MISTAKES.items()
+        },
+    )
+
+
+def _ff_cases(thorough: bool) -> Iterator[Case]:
+    # Few distinct layer sizes: each new size compiles JAX's initialisers anew (about a second
+    # on a busy 2-core machine), and the block's cases reuse these sizes.
+    yield _ff_case((2, 5, 8), 16, 0.1, train=False, seed=10_310)
+    yield _ff_case((2, 5, 8), 16, 0.3, train=True, seed=10_320)
+    if not thorough:
+        return
+    yield _ff_case((3, 4, 16), 32, 0.0, train=False, seed=10_330)
+    yield _ff_case((7, 8), 16, 0.2, train=False, seed=10_340)  # no batch axis
+    yield _ff_case((3, 4, 8), 16, 0.5, train=True, seed=10_350)
+
+
+check_jax_feed_forward = runner.register(
+    Exercise(
+        "jax_feed_forward",
+        "Exercise 4 · FeedForward",
+        "FeedForward",
+        "test_jax_feed_forward",
+        "nnx class",
+        "keep the given `class FeedForward(nnx.Module)` and its __init__, and write __call__.",
+        _ff_cases,
+    )
+)
+
+
+# --- exercise 5: MultiHeadAttention --------------------------------------------------------------
+
+_MHA_MISTAKES = {
+    "softmax over queries": Mistake(
+        "softmax-over-queries",
+        "the softmax runs over the queries (axis -2): each query's weights "
+        "over the keys must sum to 1, so take it over the last axis (axis=-1).",
+    ),
+    "sqrt(D)": Mistake(
+        "sqrt-d",
+        "the scores are divided by sqrt(D), the model width; divide by sqrt(d_head), the "
+        "width of one head's queries and keys.",
+    ),
+    "no scale": Mistake(
+        "no-scale",
+        "the scores are not scaled: divide q @ k^T by sqrt(d_head).",
+    ),
+    "mask inverted": Mistake(
+        "mask-inverted",
+        "the padding mask is read the PyTorch way round (True = padding). Here, as "
+        "in Flax, True marks a real token that may be attended to: keep the scores where the mask "
+        "is True.",
+    ),
+    "mask ignored": Mistake(
+        "mask-ignored",
+        "the padding mask is not applied: padded keys must get no weight (set their "
+        "scores to -inf before the softmax, e.g. with jnp.where).",
+    ),
+    "split without transpose": Mistake(
+        "split-without-transpose",
+        "the heads are split by reshaping (B, L, D) straight to (B, H, "
+        "L, d_head), which mixes positions and features: reshape to (B, L, H, d_head), then move "
+        "the head axis forward (transpose(0, 2, 1, 3)).",
+    ),
+    "merge without transpose": Mistake(
+        "merge-without-transpose",
+        "the heads are merged by reshaping (B, H, L, d_head) straight to "
+        "(B, L, D): move the head axis back first (transpose(0, 2, 1, 3)), then reshape.",
+    ),
+}
+
+
+def _attention_hint(failure: Failure) -> str | None:
+    if "reshape" in failure.message or "cannot reshape" in failure.message.lower():
+        return (
+            "reshape (B, L, D) to (B, L, H, d_head) with H = self.num_heads and d_head = "
+            "self.d_head, then transpose to (B, H, L, d_head)."
+        )
+    return None
+
+
+def _mha_case(B, L, D, H, p, lengths, train: bool, seed: int) -> Case:
+    torch_mha = nn.MultiheadAttention(D, H, dropout=p, batch_first=True)
+    state = _randomised(torch_mha, seed)
+    x = _float32(B, L, D, seed=seed + 1)
+    keep = None if lengths is None else _keep(lengths, L)
+    kwargs = {} if keep is None else {"padding_mask": keep}
+    masks = _Masks()
+    sites = [((B, H, L, L), "the attention weights")]
+    call = _module_call(
+        "MultiHeadAttention",
+        "jax_attention",
+        (D, H, p),
+        x,
+        state,
+        "attention",
+        train,
+        seed,
+        steps=2 if train else 1,
+        **kwargs,
+    )
+    mode = "with deterministic=False, called twice" if train else "with deterministic=True"
+    padding = "" if lengths is None else f", padding_mask with lengths {list(lengths)}"
+    what = f"MultiHeadAttention({D}, {H}, {p:g}) with PyTorch's weights, {mode}, "
+    what += f"x of shape {(B, L, D)}{padding}"
+    if not train:
+        torch_mha.eval()
+        with torch.no_grad():
+            want, _ = torch_mha(x, x, x, key_padding_mask=None if keep is None else ~keep)
+        reference = lambda m: want  # noqa: E731 (PyTorch's own module)
+    else:
+        reference = lambda m: _attention(state, x, keep, H, m, p)  # noqa: E731
+    return _steps_case(
+        "MultiHeadAttention",
+        what,
+        call,
+        reference,
+        masks,
+        sites,
+        p,
+        _module_spec(
+            "MultiHeadAttention",
+            [f"{n}.{k}" for n in ("query", "key", "value", "out") for k in ("kernel", "bias")],
+            True,
+        ),
+        _hint(_attention_hint),
+        mistakes=lambda m: {
+            text: _attention(state, x, keep, H, m, p, way=way)
+            for way, text in _MHA_MISTAKES.items()
+            if keep is not None or not way.startswith("mask")
+        },
+    )
+
+
+def _mha_cases(thorough: bool) -> Iterator[Case]:
+    yield _mha_case(2, 5, 16, 4, 0.1, None, train=False, seed=10_410)
+    yield _mha_case(2, 5, 16, 4, 0.1, (3, 4), train=False, seed=10_420)
+    yield _mha_case(2, 4, 8, 2, 0.2, (4, 2), train=True, seed=10_430)
+    if not thorough:
+        return
+    yield _mha_case(3, 6, 16, 8, 0.0, (6, 1, 4), train=False, seed=10_440)
+    yield _mha_case(1, 7, 8, 1, 0.1, None, train=False, seed=10_450)  # one head
+    yield _mha_case(2, 3, 16, 4, 0.5, (2, 3), train=True, seed=10_460)
+
+
+check_jax_attention = runner.register(
+    Exercise(
+        "jax_attention",
+        "Exercise 5 · MultiHeadAttention",
+        "MultiHeadAttention",
+        "test_jax_attention",
+        "nnx class",
+        "keep the given `class MultiHeadAttention(nnx.Module)` and its __init__, and write "
+        "__call__.",
+        _mha_cases,
+    )
+)
+
+
+# --- exercise 6: EncoderBlock --------------------------------------------------------------------
+
+_BLOCK_MISTAKES = {
+    "pre-norm": Mistake(
+        "pre-norm",
+        "the block normalises before each sub-layer (pre-norm, norm_first=True); "
+        "nn.TransformerEncoderLayer's default is post-norm: x = norm1(x + attention), then "
+        "x = norm2(x + feed-forward).",
+    ),
+    "no residual (attention)": Mistake(
+        "no-residual-attention",
+        "the attention's output is not added to its input before norm1: "
+        "the residual connection is norm1(x + dropout(attention(x))).",
+    ),
+    "no residual (feed-forward)": Mistake(
+        "no-residual-feed-forward",
+        "the feed-forward network's output is not added to its input "
+        "before norm2: norm2(x + dropout(feed_forward(x))).",
+    ),
+    "norm1 twice": Mistake(
+        "norm1-twice",
+        "norm1 is used after both sub-layers; the second needs norm2 (its own weights).",
+    ),
+    "mask inverted": Mistake(
+        "mask-inverted",
+        "the block hands the attention the inverted padding mask; it already "
+        "means True = real token, as MultiHeadAttention takes it: pass it on unchanged.",
+    ),
+    "mask ignored": Mistake(
+        "mask-ignored",
+        "the padding mask does not reach the attention: pass padding_mask on to self.attention.",
+    ),
+    "flax eps": Mistake(
+        "flax-eps",
+        "the norms use epsilon 1e-6 (Flax's default); nn.TransformerEncoderLayer's norms use 1e-5.",
+    ),
+    "dropout on the sum": Mistake(
+        "dropout-on-the-sum",
+        "dropout is applied to the residual sum; it belongs on the "
+        "sub-layer's output, before the sum: norm(x + dropout(sublayer(x))).",
+    ),
+}
+
+
+def _block_case(B, L, D, H, d_ff, p, lengths, train: bool, seed: int, small=False) -> Case:
+    """``small``: activations of about 0.003 (small weights and input), where the norms'
+    epsilon shows."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        layer = nn.TransformerEncoderLayer(D, H, d_ff, p, batch_first=True)
+    state = _randomised(layer, seed)
+    x = _float32(B, L, D, seed=seed + 1)
+    if small:
+        state = {k: v if k.startswith("norm") else 0.05 * v for k, v in state.items()}
+        layer.load_state_dict(state)
+        x = 0.003 * x
+    keep = None if lengths is None else _keep(lengths, L)
+    kwargs = {} if keep is None else {"padding_mask": keep}
+    masks = _Masks()
+    sites = [
+        ((B, H, L, L), "the attention weights"),
+        ((B, L, D), "the attention's output, before the residual sum"),
+        ((B, L, d_ff), "the feed-forward network's hidden units"),
+        ((B, L, D), "the feed-forward network's output, before the residual sum"),
+    ]
+    call = _module_call(
+        "EncoderBlock",
+        "jax_encoder_block",
+        (D, H, d_ff, p),
+        x,
+        state,
+        "encoder_block",
+        train,
+        seed,
+        steps=2 if train else 1,
+        **kwargs,
+    )
+    mode = "with deterministic=False, called twice" if train else "with deterministic=True"
+    padding = "" if lengths is None else f", padding_mask with lengths {list(lengths)}"
+    what = f"EncoderBlock({D}, {H}, {d_ff}, {p:g}) with the weights of "
+    what += f"nn.TransformerEncoderLayer, {mode}, x of shape {(B, L, D)}{padding}"
+    if train:
+        reference = lambda m: _block(state, x, keep, H, m, p)  # noqa: E731
+    else:
+        layer.eval()
+        with torch.no_grad():
+            want = layer(x, src_key_padding_mask=None if keep is None else ~keep)
+        reference = lambda m: want  # noqa: E731 (PyTorch's own layer)
+    names = [
+        f"attention.{n}.{k}" for n in ("query", "key", "value", "out") for k in ("kernel", "bias")
+    ]
+    names += [f"feed_forward.linear{i}.{k}" for i in (1, 2) for k in ("kernel", "bias")]
+    names += [f"norm{i}.{k}" for i in (1, 2) for k in ("scale", "bias")]
+    return _steps_case(
+        "EncoderBlock",
+        what,
+        call,
+        reference,
+        masks,
+        sites,
+        p,
+        _module_spec("EncoderBlock", names, True),
+        _hint(),
+        mistakes=lambda m: {
+            text: _block(state, x, keep, H, m, p, way=way)
+            for way, text in _BLOCK_MISTAKES.items()
+            if keep is not None or not way.startswith("mask")
+        },
+    )
+
+
+def _block_cases(thorough: bool) -> Iterator[Case]:
+    yield _block_case(2, 5, 16, 4, 32, 0.1, None, train=False, seed=10_510)
+    yield _block_case(2, 5, 16, 4, 32, 0.1, (4, 3), train=False, seed=10_520)
+    yield _block_case(2, 4, 8, 2, 16, 0.2, (4, 3), train=True, seed=10_530)
+    if not thorough:
+        return
+    yield _block_case(3, 6, 16, 8, 32, 0.0, (6, 2, 5), train=False, seed=10_540)
+    yield _block_case(1, 3, 8, 4, 16, 0.3, None, train=True, seed=10_550)
+    yield _block_case(2, 4, 16, 4, 32, 0.1, (4, 2), train=False, seed=10_560, small=True)
+
+
+check_jax_encoder_block = runner.register(
+    Exercise(
+        "jax_encoder_block",
+        "Exercise 6 · EncoderBlock",
+        "EncoderBlock",
+        "test_jax_encoder_block",
+        "nnx class",
+        "keep the given `class EncoderBlock(nnx.Module)` and its __init__, and write __call__.",
+        _block_cases,
+    )
+)
