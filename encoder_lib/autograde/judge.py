@@ -28,12 +28,14 @@ What is and is not guaranteed is written in the README ("How grading works").
 from __future__ import annotations
 
 import contextlib
+import copy
 import re
 from collections.abc import Iterator
 
 import nbformat
 import torch
-from nbclient.exceptions import DeadKernelError
+from jupyter_core.utils import ensure_async, run_sync
+from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbgrader.preprocessors import Execute, NbGraderPreprocessor
 from nbgrader.utils import determine_grade, is_grade, is_solution
 
@@ -61,12 +63,41 @@ CALLS_STUB = (
 )
 
 
+UNRESPONSIVE = (
+    "this cell ran past the time limit of {timeout} s and did not stop when interrupted, so the "
+    "grader restarted the kernel and ran the cells before it again; what this cell defines is "
+    "missing. Does it loop forever?"
+)
+
+
+UNDEFINED_AFTER_HANG = (
+    "{name} is not defined: the cell that defines it ran past the time limit of {timeout} s and "
+    "did not stop when interrupted (does it loop forever?), so the grader restarted the kernel "
+    "without it and this test earns no points."
+)
+
+
 def _grade_id(cell) -> str | None:
     return cell.metadata.get("nbgrader", {}).get("grade_id")
 
 
 class JudgeExecute(Execute):
-    """nbgrader's ``Execute``, with registered test cells judged in this process."""
+    """nbgrader's ``Execute``, with registered test cells judged in this process, and a kernel
+    that stops answering costing only the cell (or exercise) that hung it.
+
+    A cell or a judged call that runs past ``timeout`` is interrupted (nbgrader's setting); code
+    that ignores the interrupt (``signal.signal(signal.SIGINT, signal.SIG_IGN)``, a loop in C)
+    keeps the kernel busy, and nbclient then raises ``CellTimeoutError``, which would end the
+    autograde of the whole submission (nbgrader exits 1). Here the kernel is restarted instead,
+    the cells it had run are run again in a fresh kernel (``_recover``), and the cell or exercise
+    that hung scores 0 with "ran past the time limit"."""
+
+    def preprocess(self, nb, resources=None, km=None):
+        self._ran: list[int] = []
+        """The code cells the kernel has run, by index: what a restarted kernel runs again."""
+        self._hung: list[str] = []
+        """The sources of the cells that hung: what they define is missing after the restart."""
+        return super().preprocess(nb, resources, km)
 
     def preprocess_cell(self, cell, resources, index):
         if cell.cell_type != "code":
@@ -75,15 +106,73 @@ class JudgeExecute(Execute):
             cell.outputs = []
             return cell, resources
         if not is_grade(cell) or is_solution(cell):
-            return super().preprocess_cell(cell, resources, index)
+            return self._run_in_kernel(cell, resources, index, again_after_restart=True)
         exercise = runner.EXERCISES.get(_grade_id(cell) or "")
         if exercise is None:  # a test cell of its own: the kernel runs it, nbgrader scores it
-            cell, resources = super().preprocess_cell(cell, resources, index)
+            cell, resources = self._run_in_kernel(cell, resources, index)
             records.store(cell, _kernel_verdict(cell, self.log))
             return cell, resources
         cell.outputs, verdict = self._judge(exercise, index)
         records.store(cell, verdict)
         return cell, resources
+
+    def _run_in_kernel(self, cell, resources, index, again_after_restart=False):
+        """nbgrader's execution of ``cell``; if the kernel stops answering, the cell's outputs
+        say so (an error output: a test cell scores 0) and a fresh kernel takes over."""
+        try:
+            cell, resources = super().preprocess_cell(cell, resources, index)
+        except CellTimeoutError:
+            self.log.warning("cell %s ran past the time limit and ignored the interrupt", index)
+            self._hung.append(cell.source)
+            self._recover()
+            cell.outputs = [
+                nbformat.v4.new_output(
+                    "error",
+                    ename="CellTimeoutError",
+                    evalue=UNRESPONSIVE.format(timeout=self.timeout),
+                    traceback=[f"CellTimeoutError: {UNRESPONSIVE.format(timeout=self.timeout)}"],
+                )
+            ]
+            return cell, resources
+        if again_after_restart:
+            self._ran.append(index)
+        return cell, resources
+
+    def _hung_cell_said(self, exercise: runner.Exercise, error: GradingError):
+        """The error to report when the exercise's name is missing because the cell defining
+        it hung (and was left out of the restarted kernel), else None."""
+        if error.mistake != "not-defined":
+            return None
+        defines = re.compile(rf"^(def|class)\s+{re.escape(exercise.target)}\b", re.M)
+        if not any(defines.search(source) for source in self._hung):
+            return None
+        return GradingError(
+            UNDEFINED_AFTER_HANG.format(name=exercise.target, timeout=self.timeout),
+            exercise=error.exercise,
+            mistake="time-limit",
+        )
+
+    def _recover(self) -> None:
+        """Restart the kernel and run again, each in a copy whose outputs are dropped, the
+        cells it had run (setup, answers, locked cells; not test cells, which only check). A
+        cell that hangs again is left out and the kernel restarted once more."""
+        while True:
+            run_sync(self._restart)()
+            for j in list(self._ran):
+                original = self.nb.cells[j]
+                try:
+                    self.execute_cell(copy.deepcopy(original), j, store_history=False)
+                except CellTimeoutError:
+                    self._ran.remove(j)
+                    break
+                finally:
+                    self.nb.cells[j] = original
+            else:
+                return
+
+    async def _restart(self) -> None:
+        await ensure_async(self.km.restart_kernel(now=True))
+        await ensure_async(self.kc.wait_for_ready(timeout=self.startup_timeout))
 
     def _judge(self, exercise: runner.Exercise, index: int) -> tuple[list, records.Verdict]:
         ask = _KernelAsk(self, index)
@@ -91,7 +180,7 @@ class JudgeExecute(Execute):
             try:
                 runner.run(exercise, ask, thorough=True)
             except GradingError as error:
-                error = for_report(error)
+                error = self._hung_cell_said(exercise, error) or for_report(error)
                 output = nbformat.v4.new_output(
                     "error",
                     ename=type(error).__name__,
@@ -193,6 +282,15 @@ class _KernelAsk:
             return [
                 _no_answer(
                     "the kernel died (out of memory, or the code ended the process)", "kernel-died"
+                )
+            ]
+        except CellTimeoutError:  # it ignored the interrupt: the kernel is still busy with it
+            self.client._recover()
+            return [
+                _no_answer(
+                    f"it ran past the time limit of {self.client.timeout} s and did not stop when "
+                    "interrupted (does it loop forever?)",
+                    "time-limit",
                 )
             ]
         finally:
