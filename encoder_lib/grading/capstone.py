@@ -12,8 +12,8 @@ as data for the runner.
   the loss computed on probabilities (softmax, then cross-entropy) or with ``F.nll_loss`` on the
   logits, the loss summed instead of averaged, ``zero_grad`` forgotten (gradients accumulate),
   the gradients zeroed between ``backward`` and ``step``, ``loss.backward()`` or
-  ``optimizer.step()`` never called (or the step taken before ``backward``), two steps, the loss
-  returned as a tensor.
+  ``optimizer.step()`` never called (or the step taken before ``backward``), two steps, the
+  parameters updated by hand instead of by the optimiser given, the loss returned as a tensor.
 - ``check_sentiment_classifier(SentimentClassifier)``, exercise (c): the forward pass of the
   classifier whose ``__init__`` is given (embedding, positions, encoder, head). Named: pooling
   over the padding (a plain mean), the sum divided by the padded length L, a sum, the pooling
@@ -27,8 +27,9 @@ Design choices:
 - (b) does not depend on (a) or (c): its scenario (``observe.SCENARIOS["capstone.train_step"]``,
   run in the student's kernel) builds the check's own small classifier, float64, with the
   weights the check sends, stale gradients already in ``.grad`` (as a previous step leaves them,
-  so a forgotten ``zero_grad`` shows at once) and a plain gradient-descent optimiser (``_SGD``,
-  not ``torch.optim``, whose first use imports ``torch._dynamo`` for seconds); it calls the
+  so a forgotten ``zero_grad`` shows at once) and a gradient-descent optimiser with weight
+  decay (``_SGD``, so that an update written by hand differs from ``optimizer.step()``; not
+  ``torch.optim``, whose first use imports ``torch._dynamo`` for seconds); it calls the
   student's ``train_step`` twice and records, after each call, the value returned, the
   parameters, and what happened in between: the model's mode during each forward, the backward
   passes, the optimiser steps and ``zero_grad`` calls, in order. Every comparison happens here,
@@ -256,6 +257,8 @@ def _mean_cases(thorough: bool) -> Iterator[Case]:
     scattered = torch.tensor([[True, False, True, False, True], [False, True, False, True, True]])
     yield _mean_case(randn(2, 5, 3, seed=41), scattered)
     yield _mean_case(randn(2, 5, 6, seed=51, dtype=torch.float32), [5, 3])
+    for dtype in runner.HALF_PRECISION:  # the docstring promises the dtype of h
+        yield _mean_case(randn(2, 5, 6, seed=71).to(dtype), [5, 2])
     yield _mean_case(randn(2, 4, 3, seed=61), [3, 1], gradient=True)
 
 
@@ -268,15 +271,19 @@ _STEP = "capstone.train_step"
 
 
 class _SGD:
-    """Plain gradient descent, ``p -= lr * p.grad``, with what a training step calls of an
-    optimiser: ``zero_grad(set_to_none=True)`` and ``step()``. Not ``torch.optim`` on purpose
-    (see the module's docstring): every graded notebook would pay for it twice, in the kernel
-    and in the grader."""
+    """Gradient descent with decoupled weight decay (AdamW's kind: ``p *= 1 - lr * wd`` then
+    ``p -= lr * p.grad``), with what a training step calls of an optimiser:
+    ``zero_grad(set_to_none=True)`` and ``step()``. The decay is there so that no hand-written
+    update (``p -= lr * p.grad``, a ``torch.optim.SGD`` of the student's own) moves the
+    parameters the way ``optimizer.step()`` does: a train_step that ignores the optimiser it is
+    given is seen. Not ``torch.optim`` on purpose (see the module's docstring): every graded
+    notebook would pay for it twice, in the kernel and in the grader."""
 
-    def __init__(self, parameters: Any, lr: float):
+    def __init__(self, parameters: Any, lr: float, weight_decay: float):
         self.params = list(parameters)
         self.lr = lr
-        self.param_groups = [{"params": self.params, "lr": lr}]
+        self.weight_decay = weight_decay
+        self.param_groups = [{"params": self.params, "lr": lr, "weight_decay": weight_decay}]
         self.events: list[str] = []
 
     def zero_grad(self, set_to_none: bool = True) -> None:
@@ -292,6 +299,7 @@ class _SGD:
         self.events.append("step")
         for p in self.params:
             if p.grad is not None:
+                p.mul_(1 - self.lr * self.weight_decay)
                 p.add_(p.grad, alpha=-self.lr)
 
 
@@ -340,7 +348,7 @@ def _run_train_step(lookup: Callable[[str], Any], call: Call) -> Observation:
     for name, p in model.named_parameters():
         p.grad = options["stale"][name].clone()
     model.train(call.train)
-    optimizer = _SGD(model.parameters(), options["lr"])
+    optimizer = _SGD(model.parameters(), options["lr"], options["weight_decay"])
     log = _Log(model, optimizer)
     steps: list[dict[str, Any]] = []
     with observe.student_mode(call.exercise, call.seed) as seen:
@@ -367,6 +375,7 @@ _SIZES = dict(
     vocab_size=10, pad_id=0, max_len=8, d_model=8, num_heads=2, d_ff=16, num_layers=1, dropout=0.25
 )
 _LR = 0.1
+_WEIGHT_DECAY = 0.5
 
 
 @dataclasses.dataclass
@@ -397,7 +406,12 @@ class _StepSetup:
             train=self.train,
             scenario=_STEP,
             options=dict(
-                sizes=_SIZES, state=self.state, stale=self.stale, lr=_LR, batches=self.batches
+                sizes=_SIZES,
+                state=self.state,
+                stale=self.stale,
+                lr=_LR,
+                weight_decay=_WEIGHT_DECAY,
+                batches=self.batches,
             ),
             seed=self.seed,
         )
@@ -417,7 +431,7 @@ class _StepSetup:
         """One right step from ``state``: (loss, parameters after). With ``grads`` (what .grad
         held before), the step that forgets to clear them."""
         model = self.model(state)
-        optimizer = _SGD(model.parameters(), _LR)
+        optimizer = _SGD(model.parameters(), _LR, _WEIGHT_DECAY)
         with reference_mode():
             loss = F.cross_entropy(model(ids), labels)
         loss.backward()
@@ -602,6 +616,14 @@ def _parameter_problem(s, state, ids, labels, grads, got, events) -> str:
             "has nothing to apply and the parameters do not move. Call optimizer.zero_grad() "
             "first, before the forward pass or before loss.backward().",
         )
+    if not step and _same_parameters(got, _by_hand(s, state, ids, labels)):
+        return Mistake(
+            "update-by-hand",
+            "the parameters are updated by hand (p -= lr * p.grad, or an optimiser made inside "
+            "train_step) instead of by the optimizer it is given: optimizer.step() is never "
+            "called. The optimiser decides the update (the notebook's AdamW keeps moments and "
+            "decays the weights); call optimizer.step() after loss.backward().",
+        )
     if len(step) > 1:
         return Mistake(
             "step-twice",
@@ -616,6 +638,17 @@ def _parameter_problem(s, state, ids, labels, grads, got, events) -> str:
             f"after the step, the parameter {name}", got.get(name), after[name], 1e-9, 1e-7
         ),
     )
+
+
+def _by_hand(s: _StepSetup, state, ids, labels) -> dict[str, torch.Tensor]:
+    """The parameters after plain gradient descent written by hand: no weight decay."""
+    model = s.model(state)
+    with reference_mode():
+        F.cross_entropy(model(ids), labels).backward()
+    with torch.no_grad():
+        for p in model.parameters():
+            p -= _LR * p.grad
+    return _parameters(model)
 
 
 def _step_case(seed: int, train: bool) -> Case:

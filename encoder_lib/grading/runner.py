@@ -840,11 +840,21 @@ def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.shape == b.shape and a.dtype == b.dtype and bool(torch.equal(a, b.detach()))
 
 
+HALF_PRECISION = {torch.float16: (1e-2, 1e-2), torch.bfloat16: (5e-2, 5e-2)}
+"""(atol, rtol) for expected values in 16 bits: a few units in the last place of their 11
+(float16) or 8 (bfloat16) significant bits, where an answer that sums in another order lands."""
+
+
 def tolerance(case: Case, want: torch.Tensor) -> tuple[float, float]:
-    """(atol, rtol): the case's, else 1e-6 and 1e-5 (float64) or 1e-5 and 1e-4 (lower)."""
-    low = want.dtype not in (torch.float64, torch.complex128)
-    atol = case.atol if case.atol is not None else (1e-5 if low else 1e-6)
-    rtol = case.rtol if case.rtol is not None else (1e-4 if low else 1e-5)
+    """(atol, rtol): the case's, else 1e-6 and 1e-5 (float64), 1e-5 and 1e-4 (float32) or
+    ``HALF_PRECISION``'s."""
+    if want.dtype in HALF_PRECISION:
+        default = HALF_PRECISION[want.dtype]
+    else:
+        low = want.dtype not in (torch.float64, torch.complex128)
+        default = (1e-5, 1e-4) if low else (1e-6, 1e-5)
+    atol = case.atol if case.atol is not None else default[0]
+    rtol = case.rtol if case.rtol is not None else default[1]
     return atol, rtol
 
 

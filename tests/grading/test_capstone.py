@@ -108,7 +108,7 @@ def test_the_step_calls_carry_no_expected_value():
     and the batches; never a parameter after a step."""
     for case in capstone._step_cases(thorough=True):
         sent = wire.decode_call(wire.encode_call(case.call))
-        assert set(sent.options) == {"sizes", "state", "stale", "lr", "batches"}
+        assert set(sent.options) == {"sizes", "state", "stale", "lr", "weight_decay", "batches"}
         assert case.call.scenario == "capstone.train_step"
 
 

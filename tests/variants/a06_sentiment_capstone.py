@@ -134,6 +134,16 @@ _MEAN_BUGGY = [
     ),
 ]
 
+_MEAN_BUGGY.append(
+    Variant(
+        "count_in_float32",
+        MEAN,
+        _mean("    k = keep[..., None]\n    return (h * k).sum(1) / k.sum(1).float()\n"),
+        (T_MEAN,),
+        "keep h's dtype",
+    )
+)
+
 _MEAN_CORRECT = [
     Variant(
         "nanmean",
@@ -315,6 +325,18 @@ _STEP_BUGGY = [
         ),
         (T_STEP,),
         "no graph to backpropagate through",
+    ),
+    Variant(
+        "update_by_hand",
+        STEP,
+        _without(
+            "    optimizer.step()\n",
+            "    with torch.no_grad():\n"
+            "        for p in model.parameters():\n"
+            "            p -= optimizer.param_groups[0]['lr'] * p.grad\n",
+        ),
+        (T_STEP,),
+        "updated by hand",
     ),
 ]
 
