@@ -260,6 +260,9 @@ class _KernelAsk:
         self.client = client
         self.index = index
         self.answers: dict[int, Observation] = {}
+        self.timed_out: Observation | None = None
+        """Set when a request ran past the time limit: the exercise's later calls are not
+        sent (each would wait out the limit again) and get this answer."""
 
     def prefetch(self, calls: list[Call]) -> None:
         observations = self._request(calls)
@@ -271,6 +274,17 @@ class _KernelAsk:
         return cached if cached is not None else self._request([call])[0]
 
     def _request(self, calls: list[Call]) -> list[Observation]:
+        if self.timed_out is None:
+            observations = self._send(calls)
+            if (
+                observations[0].failure is not None
+                and observations[0].failure.error == "time-limit"
+            ):
+                self.timed_out = observations[0]
+            return observations
+        return [self.timed_out]
+
+    def _send(self, calls: list[Call]) -> list[Observation]:
         request = wire.encode_calls(calls)
         source = f"__import__('encoder_lib.grading.wire').grading.wire.serve({request!r})"
         probe = nbformat.v4.new_code_cell(source)

@@ -307,7 +307,7 @@ class Course:
             *options,
         ]
 
-    def grade(self, assignment: str, *options: str, workers: int = 1, scheduler=None, timeout=1800):
+    def grade(self, assignment: str, *options: str, workers: int = 1, scheduler=None, timeout=3600):
         """Run ``grade_command``; returns the CompletedProcess (exit status 1 when a submission
         was flagged or failed, so it is not checked here)."""
         return subprocess.run(
