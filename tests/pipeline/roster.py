@@ -71,8 +71,14 @@ def lost_points(layout: C.Layout, cells) -> float:
     return sum(layout.tests[c] for c in cells)
 
 
+def variants_of(assignment: str, buggy: list, correct: list) -> tuple[list, list]:
+    """The variants of ``assignment`` that get a student: ``VARIANTS``, or ``HEAVY``'s mode."""
+    mode = VARIANTS if VARIANTS == "all" else HEAVY.get(assignment, VARIANTS)
+    return select_variants(buggy, correct, mode)
+
+
 def select_variants(buggy: list, correct: list, mode: str = VARIANTS) -> tuple[list, list]:
-    """The variants that get a student (see ``VARIANTS``)."""
+    """The variants that get a student (see ``VARIANTS`` and ``HEAVY``)."""
     if mode == "all":
         return list(buggy), list(correct)
     if mode == "one per cell":
@@ -140,8 +146,7 @@ def make_plan(present: list[str]) -> Plan:
     for a in present:
         loaded = C.load_variants(a)
         if loaded is not None:
-            mode = VARIANTS if VARIANTS == "all" else HEAVY.get(a, VARIANTS)
-            plan.variants[a] = select_variants(*loaded, mode=mode)
+            plan.variants[a] = variants_of(a, *loaded)
     plan.cheats = cheat_targets(present, layouts)
     plan.loop = loop_target(layouts)
     plan.zip_assignment = present[0] if present else None

@@ -33,7 +33,7 @@ def variant_params(kind: str):
         if loaded is None:
             params.append(pytest.param(a, None, id=f"{a}-missing"))
             continue
-        buggy, correct = R.select_variants(*loaded)
+        buggy, correct = R.variants_of(a, *loaded)
         chosen = buggy if kind == "bug" else correct
         names = [v.name for v in chosen]
         params += [
