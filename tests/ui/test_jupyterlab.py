@@ -385,7 +385,9 @@ def test_a_test_cell_run_first_after_a_restart_says_to_run_the_setup_cell(
     page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
     page.wait_for_function(_KERNEL_IDLE, timeout=90_000)
     page.evaluate(f"async () => {{ await {_NOTEBOOK}.sessionContext.session.kernel.restart(); }}")
-    page.wait_for_function(_KERNEL_IDLE, timeout=90_000)
+    # 240 s: in the clean-clone run of 2026-11-27 the restarted kernel was not idle within 90 s
+    # while the grading half ran beside it (load 6-8, ten notebook kernels open in this lab).
+    page.wait_for_function(_KERNEL_IDLE, timeout=240_000)
     page.evaluate(f"i => {{ {_NOTEBOOK}.content.activeCellIndex = i; }}", index)
     page.evaluate("window.jupyterapp.commands.execute('notebook:run-cell')")
     page.wait_for_function(
