@@ -300,13 +300,7 @@ class _KernelAsk:
             ]
         except CellTimeoutError:  # it ignored the interrupt: the kernel is still busy with it
             self.client._recover()
-            return [
-                _no_answer(
-                    f"it ran past the time limit of {self.client.timeout} s and did not stop when "
-                    "interrupted (does it loop forever?)",
-                    "time-limit",
-                )
-            ]
+            return [self._time_limit(" and did not stop when interrupted")]
         finally:
             cells[self.index] = original
         answers = [
@@ -319,18 +313,18 @@ class _KernelAsk:
                 out.get("ename") for out in probe.outputs if out.get("output_type") == "error"
             ]
             if "CellTimeoutError" in errors:
-                return [
-                    _no_answer(
-                        f"it ran past the time limit of {self.client.timeout} s (does it loop "
-                        "forever?)",
-                        "time-limit",
-                    )
-                ]
+                return [self._time_limit()]
             return [_no_answer(f"it stopped with {errors[-1] if errors else 'no reply'}")]
         try:
             return wire.decode_observations(answers[-1]) or [_no_answer("an empty answer")]
         except wire.WireError as error:
             return [_no_answer(f"its answer could not be read: {error}")]
+
+    def _time_limit(self, how: str = "") -> Observation:
+        return _no_answer(
+            f"it ran past the time limit of {self.client.timeout} s{how} (does it loop forever?)",
+            "time-limit",
+        )
 
 
 def _unanswered(obs: Observation) -> bool:

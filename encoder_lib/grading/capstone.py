@@ -427,11 +427,13 @@ class _StepSetup:
         ids: torch.Tensor,
         labels: torch.Tensor,
         grads: Mapping[str, torch.Tensor] | None = None,
+        weight_decay: float = _WEIGHT_DECAY,
     ) -> tuple[float, dict[str, torch.Tensor]]:
         """One right step from ``state``: (loss, parameters after). With ``grads`` (what .grad
-        held before), the step that forgets to clear them."""
+        held before), the step that forgets to clear them; with ``weight_decay=0``, plain
+        ``p -= lr * p.grad``, the update a student writes by hand."""
         model = self.model(state)
-        optimizer = _SGD(model.parameters(), _LR, _WEIGHT_DECAY)
+        optimizer = _SGD(model.parameters(), _LR, weight_decay)
         with reference_mode():
             loss = F.cross_entropy(model(ids), labels)
         loss.backward()
@@ -616,7 +618,7 @@ def _parameter_problem(s, state, ids, labels, grads, got, events) -> str:
             "has nothing to apply and the parameters do not move. Call optimizer.zero_grad() "
             "first, before the forward pass or before loss.backward().",
         )
-    if not step and _same_parameters(got, _by_hand(s, state, ids, labels)):
+    if not step and _same_parameters(got, s.update(state, ids, labels, weight_decay=0.0)[1]):
         return Mistake(
             "update-by-hand",
             "the parameters are updated by hand (p -= lr * p.grad, or an optimiser made inside "
@@ -638,17 +640,6 @@ def _parameter_problem(s, state, ids, labels, grads, got, events) -> str:
             f"after the step, the parameter {name}", got.get(name), after[name], 1e-9, 1e-7
         ),
     )
-
-
-def _by_hand(s: _StepSetup, state, ids, labels) -> dict[str, torch.Tensor]:
-    """The parameters after plain gradient descent written by hand: no weight decay."""
-    model = s.model(state)
-    with reference_mode():
-        F.cross_entropy(model(ids), labels).backward()
-    with torch.no_grad():
-        for p in model.parameters():
-            p -= _LR * p.grad
-    return _parameters(model)
 
 
 def _step_case(seed: int, train: bool) -> Case:

@@ -28,15 +28,8 @@ IGNORE_SIGINT = "import signal\n\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n
 def _hangs_when_called(layout: C.Layout, gid: str) -> str:
     name = layout.defines[gid]
     assert f"def {name}(" in layout.reference[gid], "the last exercise is no longer a function"
-    return layout.reference[gid] + textwrap.dedent(f"""
-
-        def {name}(*args, **kwargs):
-            import signal
-
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
-            while True:
-                pass
-        """)
+    body = textwrap.indent(IGNORE_SIGINT + "while True:\n    pass\n", "    ")
+    return layout.reference[gid] + f"\n\ndef {name}(*args, **kwargs):\n{body}"
 
 
 def _hangs_when_run(layout: C.Layout, gid: str) -> str:
