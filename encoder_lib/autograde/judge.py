@@ -11,6 +11,11 @@ student's kernel as usual (setup cell, answer cells, the student's own cells) wi
   the short error block that scores the cell 0. Nothing the kernel prints reaches that cell, and
   nothing in the kernel (a rebound function, a frame, a closure, a fake module) can reach the
   comparison, the catalogue or the expected values, which never enter the kernel.
+- before an exercise's first call, its answer cells are read from the submitted notebook and
+  checked against the authorship rules (``authorship``: the built-ins it forbids, and the
+  constructs that only get around rules, in any earlier answer cell): a breach scores the
+  test cell 0 and names the construct, and no call is sent. The kernel's own trap could be
+  switched off by the code it watches; the source cannot be changed by the kernel.
 - cells tagged ``demo`` (figures, widgets, training shown to the student) are not run: they
   define nothing an answer needs (``tests/notebooks`` checks this), and grading need not pay for
   them.
@@ -39,7 +44,7 @@ from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbgrader.preprocessors import Execute, NbGraderPreprocessor
 from nbgrader.utils import determine_grade, is_grade, is_solution
 
-from encoder_lib.autograde import records
+from encoder_lib.autograde import authorship, records
 from encoder_lib.grading import runner, wire
 from encoder_lib.grading.feedback import GradingError, NotWrittenYet
 from encoder_lib.grading.observe import Call, Failure, Observation
@@ -112,7 +117,12 @@ class JudgeExecute(Execute):
             cell, resources = self._run_in_kernel(cell, resources, index)
             records.store(cell, _kernel_verdict(cell, self.log))
             return cell, resources
-        cell.outputs, verdict = self._judge(exercise, index)
+        own, earlier = authorship.breaches(self.nb.cells, index, exercise.name)
+        if own or earlier:
+            error = authorship.refusal(exercise, own, earlier)
+            cell.outputs, verdict = [_error_output(error)], _verdict(exercise, error)
+        else:
+            cell.outputs, verdict = self._judge(exercise, index)
         records.store(cell, verdict)
         return cell, resources
 
@@ -181,17 +191,21 @@ class JudgeExecute(Execute):
                 runner.run(exercise, ask, thorough=True)
             except GradingError as error:
                 error = self._hung_cell_said(exercise, error) or for_report(error)
-                output = nbformat.v4.new_output(
-                    "error",
-                    ename=type(error).__name__,
-                    evalue=error.problem,
-                    traceback=error.lines(colour=True),
-                )
-                return [output], _verdict(exercise, error)
+                return [_error_output(error)], _verdict(exercise, error)
         output = nbformat.v4.new_output(
             "stream", name="stdout", text=PASSED.format(title=exercise.title)
         )
         return [output], _verdict(exercise)
+
+
+def _error_output(error: GradingError):
+    """The error block that scores a test cell 0 and says why."""
+    return nbformat.v4.new_output(
+        "error",
+        ename=type(error).__name__,
+        evalue=error.problem,
+        traceback=error.lines(colour=True),
+    )
 
 
 def _verdict(exercise: runner.Exercise, error: GradingError | None = None) -> records.Verdict:

@@ -147,6 +147,8 @@ STEP_MISTAKES: dict[str, str] = {
     "not-defined": "the name the exercise asks for is not defined",
     "missing-part": "the module lacks a part the given __init__ creates (a layer, forward)",
     "forbidden-built-in": "calls the built-in the exercise asks to write",
+    "authorship-rule": "an answer cell uses a construct that only gets around the rules (sys, "
+    "gc, exec, __code__, torch._C, the grader's modules...), read from its source at autograde",
     "exception": "the code raised an exception",
     "time-limit": "ran past the time limit",
     "kernel-died": "the kernel died",

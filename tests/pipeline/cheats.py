@@ -537,17 +537,65 @@ def {name}(*args, **kwargs):
     return C.with_cells(nb, {gid: cell})
 
 
-def _delegate_with_traps_off(nb, layout):
-    """A right answer obtained from the built-in, with the kernel's traps switched off: the one
-    trick the design accepts (README, "How grading works")."""
-    gid = _find(layout, "layer_norm")
-    if not gid:
-        return None
-    source = DELEGATIONS["layer_norm"] + (
-        "\nimport contextlib\n\nimport encoder_lib.grading.observe as _observe\n\n"
-        "_observe.student_mode = lambda *args, **kwargs: contextlib.nullcontext([])\n"
-    )
-    return C.with_cells(nb, {gid: source})
+TRAPS_OFF = {
+    # The in-kernel trap switched off or gone around, then the right answer by delegation: the
+    # held-out set of issue 18 earned full points with each of these. The judge reads the
+    # answer cell's source in nbgrader's process and refuses the construct (the words each
+    # feedback must say), whatever the kernel then does.
+    "student_mode_patched": (
+        "import contextlib\n\nimport encoder_lib.grading.observe as _observe\n\n"
+        "_observe.student_mode = lambda *args, **kwargs: contextlib.nullcontext([])\n",
+        "import encoder_lib.grading.observe as _observe",
+    ),
+    "profile_hook_off": ("import sys\n\nsys.setprofile(None)\n", "import sys"),
+    "torch_function_off": (
+        "_off = torch._C.DisableTorchFunction()\n_off.__enter__()\n",
+        "torch._C.DisableTorchFunction",
+    ),
+    "forbidden_table_emptied": (
+        "from encoder_lib.grading import observe as _observe\n\n_observe.FORBIDDEN.clear()\n",
+        "from encoder_lib.grading import observe",
+    ),
+    "serve_wrapped": (
+        "import encoder_lib\n\n_wire = encoder_lib.grading.wire\n"
+        "_serve = _wire.serve\n_wire.serve = lambda *args, **kwargs: _serve(*args, **kwargs)\n",
+        "encoder_lib.grading.wire",
+    ),
+    "global_import_hook": (
+        "_real_import = __builtins__.__import__\n\n\n"
+        "def __import__(name, *args, **kwargs):\n    return _real_import(name, *args, **kwargs)\n",
+        "__import__",
+    ),
+    "proxy_in_sys_modules": (
+        "import sys as _s\n\n_s.modules['encoder_lib.grading.observe'] = None\n",
+        "import sys as _s",
+    ),
+    "post_run_cell_hook": (
+        "get_ipython().events.register('post_run_cell', lambda *args: None)\n",
+        "get_ipython",
+    ),
+    "code_copied": (
+        "import types as _types\n\n"
+        "_copy = _types.FunctionType(F.layer_norm.__code__, F.layer_norm.__globals__)\n",
+        "import types",
+    ),
+    "grader_replayed": (
+        "from encoder_lib.grading import layer_norm as _cases\n",
+        "from encoder_lib.grading import layer_norm",
+    ),
+}
+
+
+def _traps_off(name: str):
+    """layer_norm delegates to F.layer_norm after ``TRAPS_OFF[name]`` ran in the same cell."""
+
+    def build(nb, layout):
+        gid = _find(layout, "layer_norm")
+        if not gid:
+            return None
+        return C.with_cells(nb, {gid: TRAPS_OFF[name][0] + "\n" + DELEGATIONS["layer_norm"]})
+
+    return build
 
 
 FORBIDDEN_SAYS = "already does what this exercise asks you to write"
@@ -703,6 +751,16 @@ CHEATS = [
         "fake_serve",
         "the kernel end of the grader's requests answers with made-up tensors",
         _in_answer(FAKE_SERVE),
+    ),  # --- a right answer by delegation, the kernel's trap switched off (issue 18) ---
+    *(
+        Cheat(
+            name,
+            f"layer_norm delegates to F.layer_norm after {says} (the trap off or gone around)",
+            _traps_off(name),
+            expect="exercise",
+            says=says,
+        )
+        for name, (_, says) in TRAPS_OFF.items()
     ),
 ]
 
@@ -715,18 +773,7 @@ REQUIRED = {
     "check_code_swap", "closure_cells", "gc_reach", "parent_package_attribute",
     "module_and_class_setattr", "steps_cleared", "settrace_locals", "caller_frame",
     "builtins_import_swap", "sys_modules_swap", "fake_serve", "delegate_to_flax",
+    *TRAPS_OFF,
 }  # fmt: skip
 
-ACCEPTED = [
-    Cheat(
-        "delegate_with_traps_off",
-        "layer_norm delegates to F.layer_norm after switching the kernel's traps off",
-        _delegate_with_traps_off,
-        expect="exercise",
-    ),
-]
-"""What the design does not prevent: a RIGHT answer got from the built-in the exercise forbids,
-with the in-kernel deterrent disabled on purpose. It earns that exercise's points and nothing
-else (test_integrity shows both)."""
-
-ALL = CHEATS + ACCEPTED
+ALL = CHEATS

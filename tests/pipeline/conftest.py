@@ -50,13 +50,9 @@ class Graded:
         return self.course.root / "autograded" / student / assignment / f"{name}.ipynb"
 
 
-def present_assignments() -> list[str]:
-    return [a for a in C.expected_assignments() if C.source_notebook(a) is not None]
-
-
 @pytest.fixture(scope="session")
 def graded(tmp_path_factory) -> Graded:
-    present = present_assignments()
+    present = C.graded_assignments()
     if not present:
         pytest.skip("no assignment notebook in solutions/ yet")
     seconds: dict[str, float] = {}

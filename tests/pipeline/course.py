@@ -50,6 +50,17 @@ def env() -> dict[str, str]:
 # --- what the repository holds -------------------------------------------------------------------
 
 
+def graded_assignments() -> list[str]:
+    """The assignments the pipeline's class submits: every one in solutions/, or those named in
+    ``PIPELINE_ASSIGNMENTS`` (comma separated: a quicker loop while working on one notebook's
+    grading, e.g. ``PIPELINE_ASSIGNMENTS=03_layer_norm pytest tests/pipeline/test_integrity.py``;
+    CI grades them all). The tests of another assignment skip; test_mistake_report.py counts
+    the whole class's mistakes and is only meaningful without it."""
+    present = [a for a in expected_assignments() if source_notebook(a) is not None]
+    chosen = os.environ.get("PIPELINE_ASSIGNMENTS")
+    return [a for a in present if a in chosen.split(",")] if chosen else present
+
+
 def expected_assignments() -> list[str]:
     """The course's assignments: those named in tests/variants plus any folder in solutions/."""
     import variants

@@ -3,16 +3,14 @@ and tries to earn points anyway (by rebinding torch, the checks, the modules, th
 frames, closures, the tracer, or the kernel's answers to the grader). None may earn any: at
 autograde the verdict of every test cell is decided outside the student's kernel
 (encoder_lib.autograde.judge). An answer that delegates to the built-in scores 0 for that
-exercise and its feedback says why.
+exercise and its feedback says why, also with the kernel's trap switched off or gone around
+(``cheats.TRAPS_OFF``): the judge reads the answer cells' source in nbgrader's process
+(encoder_lib.autograde.authorship) and names the construct.
 
 The ratchet: ``cheats.REQUIRED`` lists every trick known so far and none may disappear; a new
 trick is added to ``cheats.CHEATS`` (and to ``REQUIRED``) first, as a test. A cheat that still
 earns points goes in ``HOLES`` (``xfail(strict=True)`` with what it earns) until the grader is
 fixed; ``HOLES`` must be empty on main.
-
-``cheats.ACCEPTED`` is what the design does not prevent (README, "How grading works"): a right
-answer got from the forbidden built-in with the kernel's traps switched off earns that
-exercise's points, and nothing else.
 """
 
 from __future__ import annotations
@@ -67,20 +65,6 @@ def test_cheat_earns_no_points(graded, cheat):
         if cheat.says:
             text = graded.feedback(student, a)
             assert K.C.says(text, cheat.says), f"feedback of {student} does not say why"
-
-
-@pytest.mark.parametrize("cheat", K.ACCEPTED, ids=[c.name for c in K.ACCEPTED])
-def test_what_the_design_accepts_earns_only_the_delegated_exercise(graded, cheat):
-    targets = graded.plan.cheats.get(cheat.name, [])
-    if not targets:
-        pytest.skip(f"no notebook has the exercise {cheat.name} needs yet")
-    for a in targets:
-        student = R.cheat_student(a, cheat.name)
-        layout = graded.plan.layouts[a]
-        scores = graded.scores(student, a)
-        gid = next(g for g in layout.answers if g in _changed_cells(graded, student, a))
-        own = set(layout.own_tests[gid])
-        assert {c for c, s in scores.items() if s} == own, scores
 
 
 def _changed_cells(graded, student, assignment) -> set[str]:

@@ -1,0 +1,182 @@
+"""The authorship rules the judge reads from the answer cells' source at autograde
+(``encoder_lib.autograde.authorship``), on the real solution notebooks and tests/variants.
+
+- No false reject: every reference answer and every correct variant of every notebook breaks no
+  rule, for any exercise.
+- Every buggy variant the rules refuse delegates to what its own exercise forbids, and the
+  refusal says what the variant's test expects the feedback to say.
+- Each construct of the brief is named, in the exercise that uses it and in every later one.
+- What valid answers need stays allowed: ``getattr`` on ``self`` or with a literal name,
+  ``super().__init__``, a library function the exercise does not forbid.
+
+That the judge applies them through the real nbgrader is tests/pipeline/test_integrity.py.
+"""
+
+from __future__ import annotations
+
+import copy
+from functools import cache
+
+import nbformat
+import pytest
+from pipeline import course as C
+from variants import ASSIGNMENTS, load
+
+from encoder_lib.autograde import authorship as A
+from encoder_lib.grading import runner
+
+
+@cache
+def notebook(assignment: str):
+    return nbformat.read(C.source_notebook(assignment), as_version=4)
+
+
+def judged(nb):
+    """(index, exercise) of every judged test cell."""
+    for i, cell in enumerate(nb.cells):
+        meta = cell.metadata.get("nbgrader", {})
+        if cell.cell_type == "code" and meta.get("grade") and not meta.get("solution"):
+            exercise = runner.EXERCISES.get(meta.get("grade_id"))
+            if exercise is not None:
+                yield i, exercise
+
+
+def with_cells(nb, sources: dict[str, str]):
+    nb = copy.deepcopy(nb)
+    for cell in nb.cells:
+        gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if gid in sources:
+            cell.source = sources[gid]
+    return nb
+
+
+def refusals(nb) -> dict[str, tuple[list, list]]:
+    """test cell -> (own, earlier) breaches, for the test cells that have any."""
+    found = {}
+    for i, exercise in judged(nb):
+        own, earlier = A.breaches(nb.cells, i, exercise.name)
+        if own or earlier:
+            found[exercise.test_cell] = (own, earlier)
+    return found
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_reference_and_correct_answers_break_no_rule(assignment):
+    nb = notebook(assignment)
+    assert list(judged(nb)), f"{assignment}: no judged test cell found"
+    assert refusals(nb) == {}
+    _, correct = load(assignment)
+    for variant in correct:
+        found = refusals(with_cells(nb, {variant.cell: variant.source}))
+        assert found == {}, f"{assignment} correct variant {variant.name}: {found}"
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_refused_buggy_variants_delegate_and_are_told_so(assignment):
+    nb = notebook(assignment)
+    buggy, _ = load(assignment)
+    for variant in buggy:
+        found = refusals(with_cells(nb, {variant.cell: variant.source}))
+        for test_cell, (own, earlier) in found.items():
+            assert not earlier and all(b.own for b in own), (variant.name, own, earlier)
+            assert test_cell in variant.fails, (variant.name, test_cell, variant.fails)
+            error = A.refusal(runner.EXERCISES[test_cell], own, earlier)
+            assert error.mistake == "forbidden-built-in"
+            if variant.says and test_cell == variant.fails[0]:
+                assert C.says(error.problem, variant.says), (variant.name, error.problem)
+
+
+def test_the_forbidden_built_ins_are_found_through_imports_and_aliases():
+    nb = notebook("03_layer_norm")
+    for source in (
+        "def layer_norm(x, weight, bias, eps=1e-5):\n"
+        "    return F.layer_norm(x, x.shape[-1:], weight, bias, eps)\n",
+        "from torch.nn.functional import layer_norm as ln\n\n"
+        "def layer_norm(x, weight, bias, eps=1e-5):\n"
+        "    return ln(x, x.shape[-1:], weight, bias, eps)\n",
+        "import torch.nn.functional as G\n\n"
+        "def layer_norm(x, weight, bias, eps=1e-5):\n"
+        "    return G.layer_norm(x, x.shape[-1:], weight, bias, eps)\n",
+        "def layer_norm(x, weight, bias, eps=1e-5):\n"
+        "    f = torch.nn.functional.layer_norm\n"
+        "    return f(x, x.shape[-1:], weight, bias, eps)\n",
+    ):
+        found = refusals(with_cells(nb, {"answer_layer_norm": source}))
+        own, _ = found["test_layer_norm"]
+        assert own and own[0].own, source
+        assert own[0].rule.startswith("F.layer_norm"), own[0]
+
+
+EVASIONS = {
+    "sys.setprofile(None)": "sys.setprofile",
+    "import sys\nsys.settrace(None)": "import sys",
+    "sys.modules['encoder_lib.grading'] = None": "sys.modules",
+    "import gc\nobjs = gc.get_objects()": "import gc",
+    "import ctypes": "import ctypes",
+    "import importlib\nm = importlib.import_module('torch')": "import importlib",
+    "m = __import__('torch')": "__import__",
+    "exec('y = 1')": "exec",
+    "y = eval('1')": "eval",
+    "c = compile('1', 'x', 'eval')": "compile",
+    "g = globals()": "globals",
+    "v = vars(torch)": "vars",
+    "name = 'soft' + 'max'\nf = getattr(torch, name)": "getattr() with a computed name",
+    "setattr(torch, 'allclose', print)": "setattr(torch, ...)",
+    "k = F.softmax.__code__": ".__code__",
+    "k = print.__self__": ".__self__",
+    "b = __builtins__": "__builtins__",
+    "with torch._C.DisableTorchFunction():\n    pass": "torch._C.DisableTorchFunction",
+    "from torch import _C": "from torch import _C",
+    "get_ipython().events.register('post_run_cell', print)": "get_ipython",
+    "%load_ext autoreload": "%load_ext",
+    "!pip install something": "!pip",
+    "from encoder_lib.grading import observe\nobserve.FORBIDDEN.clear()": "from encoder_lib",
+    "import encoder_lib.autograde": "import encoder_lib.autograde",
+    "encoder_lib.grading.observe.FORBIDDEN.clear()": "encoder_lib.grading",
+    "import types\nf = types.FunctionType": "import types",
+    "torch.allclose = lambda *a, **k: True": "torch.allclose = ...",
+    "F.softmax = print": "F.softmax = ...",
+}
+"""Source put before a right answer of layer_norm -> what the refusal must name."""
+
+RIGHT_LAYER_NORM = (
+    "def layer_norm(x, weight, bias, eps=1e-5):\n"
+    "    mean = x.mean(-1, keepdim=True)\n"
+    "    var = ((x - mean) ** 2).mean(-1, keepdim=True)\n"
+    "    return (x - mean) / torch.sqrt(var + eps) * weight + bias\n"
+)
+
+
+@pytest.mark.parametrize("line", EVASIONS, ids=range(len(EVASIONS)))
+def test_each_evasion_is_named_here_and_costs_every_later_exercise(line):
+    nb = notebook("03_layer_norm")
+    found = refusals(with_cells(nb, {"answer_layer_norm": line + "\n\n" + RIGHT_LAYER_NORM}))
+    own, earlier = found["test_layer_norm"]
+    assert own and not own[0].own
+    error = A.refusal(runner.EXERCISES["test_layer_norm"], own, earlier)
+    assert error.mistake == "authorship-rule"
+    assert EVASIONS[line] in error.problem, error.problem
+    assert "'answer_layer_norm'" in error.problem
+    later = [t for t in found if t != "test_layer_norm"]
+    assert later, "the exercises graded after it are not refused"
+    for test_cell in later:
+        own, earlier = found[test_cell]
+        assert not own and earlier
+        error = A.refusal(runner.EXERCISES[test_cell], own, earlier)
+        assert "an earlier answer cell, 'answer_layer_norm'" in error.problem
+
+
+def test_what_valid_answers_need_stays_allowed():
+    allowed = (
+        "class M(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.names = ['a', 'b']\n"
+        "    def forward(self, x):\n"
+        "        for name in self.names:\n"
+        "            x = getattr(self, name)(x)\n"
+        "        if hasattr(x, 'shape'):\n"
+        "            x = getattr(x, 'float')()\n"
+        "        return torch.softmax(x, -1) + F.relu(x) + math.sqrt(2)\n"
+    )
+    assert A.cell_breaches("c", allowed, {"torch": "torch", "F": "torch.nn.functional"}, None) == []
