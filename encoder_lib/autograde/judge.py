@@ -1,7 +1,7 @@
 """nbgrader preprocessors that decide grades outside the student's kernel.
 
 ``JudgeExecute`` replaces nbgrader's ``Execute`` at autograde. It runs the notebook in the
-student's kernel as usual (setup cell, answer cells, the student's own cells) with two changes:
+student's kernel as usual (setup cell, answer cells, locked cells) with these changes:
 
 - a test cell graded by a registered exercise (``encoder_lib.grading.EXERCISES``, keyed by the
   cell's grade_id) is not run in the kernel. This process runs the exercise's cases itself: it
@@ -16,9 +16,15 @@ student's kernel as usual (setup cell, answer cells, the student's own cells) wi
   constructs that only get around rules, in any earlier answer cell): a breach scores the
   test cell 0 and names the construct, and no call is sent. The kernel's own trap could be
   switched off by the code it watches; the source cannot be changed by the kernel.
-- cells tagged ``demo`` (figures, widgets, training shown to the student) are not run: they
-  define nothing an answer needs (``tests/notebooks`` checks this), and grading need not pay for
-  them.
+- only the cells the course runs are run: the setup cell, the answer cells and the course's
+  locked and test cells (the cells nbgrader knows). Cells tagged ``demo`` (figures, widgets,
+  training shown to the student) define nothing an answer needs (``tests/notebooks`` checks
+  this, and that every other course cell is one nbgrader knows), so grading need not pay for
+  them; a cell the student added does not run either (its output says so): what it could do
+  to the kernel, the authorship rules would not have read. Known cells are those with a
+  grade_id after nbgrader's ``OverwriteCells`` (which deletes a grade_id the gradebook does
+  not have: forged metadata does not make a cell known); an answer cell (``solution``) runs and
+  is read by the rules.
 
 Every graded test cell also keeps its verdict in its metadata: passed or not, the mistake's id,
 the exercise and, for a mistake that lives in an earlier exercise, that one (``records``). The
@@ -68,6 +74,16 @@ CALLS_STUB = (
 )
 
 
+DISABLED = "# (disabled at grading: code above the setup cell does not run)"
+"""What ``DisableCodeAboveSetup`` puts in place of a code cell above the setup cell."""
+
+NOT_RUN = (
+    "(not run at grading: only the setup cell, the answer cells and the course's locked cells "
+    "run when a notebook is graded, so an answer must not need what a cell of your own "
+    "defines)\n"
+)
+
+
 UNRESPONSIVE = (
     "this cell ran past the time limit of {timeout} s and did not stop when interrupted, so the "
     "grader restarted the kernel and ran the cells before it again; what this cell defines is "
@@ -109,6 +125,10 @@ class JudgeExecute(Execute):
             return super().preprocess_cell(cell, resources, index)
         if DEMO_TAG in cell.metadata.get("tags", []):
             cell.outputs = []
+            return cell, resources
+        if not (_grade_id(cell) or is_solution(cell)):  # a cell the student added: not run
+            if cell.source.strip() and not cell.source.startswith(DISABLED):
+                cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=NOT_RUN)]
             return cell, resources
         if not is_grade(cell) or is_solution(cell):
             return self._run_in_kernel(cell, resources, index, again_after_restart=True)
@@ -300,7 +320,14 @@ class _KernelAsk:
 
     def _send(self, calls: list[Call]) -> list[Observation]:
         request = wire.encode_calls(calls)
-        source = f"__import__('encoder_lib.grading.wire').grading.wire.serve({request!r})"
+        # An import statement, not a call of `__import__`: a call resolves `__import__` through
+        # the notebook's globals first, where an answer could have put its own (issue 18: a
+        # notebook-global `__import__` answered the grader); the statement uses the builtins.
+        source = (
+            "from encoder_lib.grading.wire import serve as _encoder_lab_serve\n"
+            f"_encoder_lab_serve({request!r})\n"
+            "del _encoder_lab_serve"
+        )
         probe = nbformat.v4.new_code_cell(source)
         cells = self.client.nb.cells
         original = cells[self.index]
@@ -329,8 +356,10 @@ class _KernelAsk:
             if "CellTimeoutError" in errors:
                 return [self._time_limit()]
             return [_no_answer(f"it stopped with {errors[-1] if errors else 'no reply'}")]
+        if len(answers) > 1:  # a hook or a thread published a second answer beside serve's
+            return [_no_answer(f"{len(answers)} answers came back to one request of the grader")]
         try:
-            return wire.decode_observations(answers[-1]) or [_no_answer("an empty answer")]
+            return wire.decode_observations(answers[0]) or [_no_answer("an empty answer")]
         except wire.WireError as error:
             return [_no_answer(f"its answer could not be read: {error}")]
 
@@ -369,6 +398,6 @@ class DisableCodeAboveSetup(NbGraderPreprocessor):
         if "setup" in ids:
             for cell in nb.cells[: ids.index("setup")]:
                 if cell.cell_type == "code" and cell.source.strip():
-                    cell.source = "# (disabled at grading: code above the setup cell does not run)"
+                    cell.source = DISABLED
                     cell.outputs = []
         return nb, resources

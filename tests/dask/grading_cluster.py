@@ -114,7 +114,7 @@ def students_for(layout: C.Layout, blank, raising: bool) -> dict[str, object]:
         R.BLANK: blank,
         R.ONE_WRONG: C.with_cells(ref, {last: K.zeroed(layout, last)}),
     }
-    if raising:  # a raising cell below setup: recorded, the rest graded
+    if raising:  # a raising cell of the student's own below setup: not run, the rest graded
         out[R.RAISES_FIRST] = C.with_cell_after(
             ref, "setup", 'raise RuntimeError("a typo here")\n', "after-setup"
         )

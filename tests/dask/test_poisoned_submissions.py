@@ -41,9 +41,12 @@ def poisoned(cluster, tmp_path_factory):
     course.generate(A)
     layout = C.layout(C.source_notebook(A))
     ref = C.with_cells(C.read(course.release_path(A, layout.name)), layout.reference)
-    # Right after the setup cell, in a cell of their own: the answers are all correct.
+    # At the end of the first answer cell, after a correct answer (a cell of their own would
+    # not run at grading); the other answers are all correct.
+    first = layout.answers[0]
     for student, source in POISON.items():
-        course.submit(student, A, layout.name, C.with_cell_after(ref, "setup", source, student))
+        poisoned = C.with_cells(ref, {first: layout.reference[first] + "\n" + source})
+        course.submit(student, A, layout.name, poisoned)
     course.submit(R.REF, A, layout.name, ref)
     course.submit(R.BAD_JSON, A, layout.name, '{"cells": [ this is not JSON')
     course.add_students([*POISON, R.REF, R.BAD_JSON])
@@ -95,7 +98,7 @@ def test_memory_eater_is_stopped_in_its_cell_and_the_rest_is_graded(poisoned):
     course, layout, _, _ = poisoned
     assert course.cell_scores(HOG, A, layout.name) == layout.tests
     graded = C.read(course.root / "autograded" / HOG / A / f"{layout.name}.ipynb")
-    hog = next(c for c in graded.cells if c.get("id") == HOG)
+    hog = next(c for c in graded.cells if C.grade_id(c) == layout.answers[0])
     assert [o.get("ename") for o in hog.outputs] == ["MemoryError"]
 
 

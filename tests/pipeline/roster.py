@@ -21,7 +21,7 @@ from pipeline import course as C
 REF = "ref"  # the reference answers pasted into every answer cell
 BLANK = "blank"  # the student version, untouched
 ONE_WRONG = "one-wrong"  # the last exercise wrong (zeros of the right shape), the rest right
-RAISES_FIRST = "raises-first"  # cells raising an exception above and below setup, answers right
+RAISES_FIRST = "raises-first"  # raising above setup, in an added cell and after an answer; right
 DELETED_TEST = "deleted-test"  # last exercise empty and its first test cell deleted
 WEAKENED_TEST = "weakened-test"  # last exercise empty and its test cells replaced by `pass`
 LOOP = "loop"  # the last exercise's function loops forever
@@ -173,7 +173,10 @@ def write_submissions(course: C.Course, plan: Plan) -> None:
         if a == robustness_assignment(RAISES_FIRST, plan.present):
             raising = 'raise RuntimeError("a typo here")\n'
             first = C.with_first_cell(ref, raising)  # above setup: disabled at grading
-            submit(RAISES_FIRST, a, C.with_cell_after(first, "setup", raising, "after-setup"))
+            added = C.with_cell_after(first, "setup", raising, "after-setup")  # not run
+            answer = layout.answers[0]  # defines its answer, then raises: recorded, graded on
+            raised = C.with_cells(added, {answer: layout.reference[answer] + "\n" + raising})
+            submit(RAISES_FIRST, a, raised)
         if a == robustness_assignment(DELETED_TEST, plan.present):
             deleted = C.without_cell(C.with_cells(ref, stub), layout.own_tests[last][0])
             submit(DELETED_TEST, a, deleted)

@@ -9,6 +9,7 @@ import json
 import nbformat
 import pytest
 
+from encoder_lib.autograde.judge import NOT_RUN
 from pipeline import course as C
 from pipeline import roster as R
 
@@ -143,9 +144,13 @@ def test_exception_in_first_cell_does_not_stop_grading(graded, assignment):
     # Above the setup cell: disabled by nbgrader_config.py's DisableCodeAboveSetup, not run.
     assert nb.cells[0].source.startswith("# (disabled at grading")
     assert nb.cells[0].outputs == []
-    # Right after it: run, and its exception recorded, without stopping the grading.
+    # Right after it, a cell of the student's own: not run at grading, and its output says so.
     after = next(c for c in nb.cells if c.get("id") == "after-setup")
-    assert after.outputs[0].ename == "RuntimeError"
+    assert [o.get("text", "") for o in after.outputs] == [NOT_RUN]
+    # The first answer cell raises after defining its answer: the exception is recorded, and
+    # the grading goes on (full marks above).
+    answer = next(c for c in nb.cells if C.grade_id(c) == layout.answers[0])
+    assert [o.get("ename") for o in answer.outputs if o.output_type == "error"] == ["RuntimeError"]
 
 
 @pytest.mark.parametrize("assignment", robustness_params(R.DELETED_TEST))
