@@ -14,10 +14,8 @@ That the judge applies them through the real nbgrader is tests/pipeline/test_int
 
 from __future__ import annotations
 
-import copy
 from functools import cache
 
-import nbformat
 import pytest
 from pipeline import course as C
 from variants import ASSIGNMENTS, load
@@ -28,7 +26,7 @@ from encoder_lib.grading import runner
 
 @cache
 def notebook(assignment: str):
-    return nbformat.read(C.source_notebook(assignment), as_version=4)
+    return C.read(C.source_notebook(assignment))
 
 
 def judged(nb):
@@ -39,15 +37,6 @@ def judged(nb):
             exercise = runner.EXERCISES.get(meta.get("grade_id"))
             if exercise is not None:
                 yield i, exercise
-
-
-def with_cells(nb, sources: dict[str, str]):
-    nb = copy.deepcopy(nb)
-    for cell in nb.cells:
-        gid = cell.metadata.get("nbgrader", {}).get("grade_id")
-        if gid in sources:
-            cell.source = sources[gid]
-    return nb
 
 
 def refusals(nb) -> dict[str, tuple[list, list]]:
@@ -67,7 +56,7 @@ def test_reference_and_correct_answers_break_no_rule(assignment):
     assert refusals(nb) == {}
     _, correct = load(assignment)
     for variant in correct:
-        found = refusals(with_cells(nb, {variant.cell: variant.source}))
+        found = refusals(C.with_cells(nb, {variant.cell: variant.source}))
         assert found == {}, f"{assignment} correct variant {variant.name}: {found}"
 
 
@@ -76,7 +65,7 @@ def test_refused_buggy_variants_delegate_and_are_told_so(assignment):
     nb = notebook(assignment)
     buggy, _ = load(assignment)
     for variant in buggy:
-        found = refusals(with_cells(nb, {variant.cell: variant.source}))
+        found = refusals(C.with_cells(nb, {variant.cell: variant.source}))
         for test_cell, (own, earlier) in found.items():
             assert not earlier and all(b.own for b in own), (variant.name, own, earlier)
             assert test_cell in variant.fails, (variant.name, test_cell, variant.fails)
@@ -101,7 +90,7 @@ def test_the_forbidden_built_ins_are_found_through_imports_and_aliases():
         "    f = torch.nn.functional.layer_norm\n"
         "    return f(x, x.shape[-1:], weight, bias, eps)\n",
     ):
-        found = refusals(with_cells(nb, {"answer_layer_norm": source}))
+        found = refusals(C.with_cells(nb, {"answer_layer_norm": source}))
         own, _ = found["test_layer_norm"]
         assert own and own[0].own, source
         assert own[0].rule.startswith("F.layer_norm"), own[0]
@@ -150,7 +139,7 @@ RIGHT_LAYER_NORM = (
 @pytest.mark.parametrize("line", EVASIONS, ids=range(len(EVASIONS)))
 def test_each_evasion_is_named_here_and_costs_every_later_exercise(line):
     nb = notebook("03_layer_norm")
-    found = refusals(with_cells(nb, {"answer_layer_norm": line + "\n\n" + RIGHT_LAYER_NORM}))
+    found = refusals(C.with_cells(nb, {"answer_layer_norm": line + "\n\n" + RIGHT_LAYER_NORM}))
     own, earlier = found["test_layer_norm"]
     assert own and not own[0].own
     error = A.refusal(runner.EXERCISES["test_layer_norm"], own, earlier)
