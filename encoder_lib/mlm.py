@@ -56,7 +56,9 @@ def mask_tokens(
         first_word_id: the smallest id of an ordinary token; smaller ids are special.
         vocab_size: V; random replacements are drawn below it.
         p: the probability that an ordinary token is chosen.
-        generator: where every random number comes from (None: torch's global generator).
+        generator: where every random number comes from (None: torch's global CPU generator); the
+            numbers are drawn on its device and moved to ``token_ids``'s, so a seed gives the same
+            corruption on every device.
 
     Returns:
         ``(corrupted, labels)``, both ``(B, L)`` int64: the ids the model reads, and the
@@ -72,9 +74,13 @@ def mask_tokens(
         )
     ids = token_ids.long()
     shape = ids.shape
-    chosen = (torch.rand(shape, generator=generator) < p) & (ids >= first_word_id)  # (B, L)
-    action = torch.rand(shape, generator=generator)  # < 0.8 mask, < 0.9 random, else keep
-    random_ids = torch.randint(first_word_id, vocab_size, shape, generator=generator)
+    # Drawn where the generator lives (the CPU without one), then moved to the batch: the same
+    # seed corrupts a batch the same way on every device.
+    draw = {"generator": generator, "device": "cpu" if generator is None else generator.device}
+    chosen = torch.rand(shape, **draw).to(ids.device) < p
+    chosen &= ids >= first_word_id  # (B, L)
+    action = torch.rand(shape, **draw).to(ids.device)  # < 0.8 mask, < 0.9 random, else keep
+    random_ids = torch.randint(first_word_id, vocab_size, shape, **draw).to(ids.device)
     corrupted = torch.where(chosen & (action < 0.8), mask_id, ids)
     corrupted = torch.where(chosen & (action >= 0.8) & (action < 0.9), random_ids, corrupted)
     labels = torch.where(chosen, ids, IGNORE_INDEX)

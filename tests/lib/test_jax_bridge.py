@@ -21,6 +21,17 @@ from encoder_lib import jax_encoder as J  # noqa: E402
 ATOL = 1e-5
 
 
+@pytest.fixture(autouse=True)
+def _float32_matmuls():
+    """Full float32 matrix products. The course runs JAX on the CPU (notebook 10 sets
+    JAX_PLATFORMS=cpu), where this changes nothing; on a GPU JAX's default precision multiplies in
+    TF32, which put the transplanted block 4e-4 away from PyTorch's on an H200 (2026-11-27)."""
+    before = jax.config.jax_default_matmul_precision
+    jax.config.update("jax_default_matmul_precision", "highest")
+    yield
+    jax.config.update("jax_default_matmul_precision", before)
+
+
 def _random_norms(module: nn.Module, seed: int) -> nn.Module:
     """Every LayerNorm with a random gain and offset (ones and zeros would hide a swap)."""
     g = torch.Generator().manual_seed(seed)
