@@ -16,6 +16,9 @@ from .feedback import Mistake
 from .observe import Call, Observation
 from .runner import Ask, Case, close, randn, reference_mode
 
+FUNCTIONS = {"relu({})": torch.relu}
+"""What the reference layers apply besides their sub-modules (``locate.Locate.functions``)."""
+
 
 def dropout(p: float) -> Callable[[torch.Tensor], torch.Tensor]:
     """Dropout with probability p as student code gets it (call under ``reference_mode``)."""

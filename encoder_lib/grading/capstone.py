@@ -56,6 +56,7 @@ import encoder_lib
 
 from . import observe, runner
 from .feedback import GradingError, Mistake
+from .locate import Locate
 from .observe import Call, Failure, Observation
 from .runner import Case, ModuleSpec, close, keep_first, randn, reference_mode
 
@@ -838,6 +839,7 @@ def _classifier_case(
     init = ((vocab, pad, 12), _CLASSIFIER_OPTIONS)
     model = _reference_classifier(seed, dtype, *init[0], **init[1]).train(train)
     ids = _token_ids(lengths, L, vocab, pad, seed + 1)
+    keep = ids != pad  # (B, L)
     state = {k: v.clone() for k, v in model.state_dict().items()}
     grads, grad_names, upstream = None, {}, None
     what = f"SentimentClassifier{init[0]}(token_ids) with token_ids of shape {(B, L)}"
@@ -904,6 +906,14 @@ def _classifier_case(
         ),
         inputs={"args[0]": "token_ids"},
         failure_hint=_classifier_hint,
+        locate=Locate(
+            model,
+            ("embedding", "positional", "encoder", "head"),
+            named={
+                "the padding mask (token_ids != self.pad_id, as (B, 1, 1, L))": keep[:, None, None]
+            },
+            functions={"masked_mean({}, keep)": lambda h: _masked_mean(h, keep)},
+        ),
         messages={"dtype": _CLASSIFIER_DTYPE},
         grads=grads,
         grad_names=grad_names,

@@ -49,6 +49,7 @@ import encoder_lib
 
 from . import _layers, observe, runner
 from .feedback import Mistake
+from .locate import Locate
 from .observe import Call, Failure, Forbidden, Observation, Part
 from .runner import Ask, Case, ModuleSpec, keep_first, randn
 
@@ -519,6 +520,12 @@ def _decoder_formula(ref, x, memory, tgt_mask, memory_mask, s: _DecoderShape) ->
 
 
 _SUBLAYER_NAMES = ("the self-attention", "the cross-attention", "the feed-forward network")
+_LAYER_PARTS = (
+    "self_attn", "dropout1", "norm1", "multihead_attn", "dropout2", "norm2",
+    "linear1", "dropout", "linear2", "dropout3", "norm3",
+)  # fmt: skip
+"""The given sub-modules, whose calls localise a mistake no catalogue entry names."""
+
 _DROPOUTS = _layers.Dropouts(
     sites=(
         "the self-attention's output (self.dropout1)",
@@ -745,6 +752,12 @@ def _layer_case(
         ),
         inputs={"args[0]": "x", "args[1]": "memory", "tgt_mask": "tgt_mask"},
         failure_hint=hint,
+        locate=Locate(
+            ref,
+            _LAYER_PARTS,
+            {"args[0]": "x (the decoder's stream)", "args[1]": "memory (the encoder's output)"},
+            functions=_layers.FUNCTIONS,
+        ),
     )
 
 
@@ -815,7 +828,8 @@ def _toy_model(part: Part) -> Callable[[torch.Tensor, torch.Tensor], torch.Tenso
     return model
 
 
-observe.PARTS["decoder.toy_model"] = _toy_model
+_TOY = "decoder.toy_model"
+observe.PARTS[_TOY] = _toy_model
 
 
 def _decode(model, src, max_len, start, end, pad, mistake: str = "") -> torch.Tensor:
@@ -931,7 +945,7 @@ def _decode_mistakes(model, src, max_len, start, end, pad, defaults: bool) -> di
 def _decode_case(B, max_len, lengths, seed, ids=(1, 2, 0), V=13) -> Case:
     start, end, pad = ids
     options = {"vocab": V, "start": start, "end": end, "pad": pad}
-    part = Part("decoder.toy_model", options=options)
+    part = Part(_TOY, options=options)
     model = _toy_model(part)
     L_src = max(lengths)
     g = torch.Generator().manual_seed(seed)
@@ -977,6 +991,18 @@ def _decode_case(B, max_len, lengths, seed, ids=(1, 2, 0), V=13) -> Case:
             )
         return None
 
+    def record(_call: Call) -> list[dict]:
+        """The reference's calls of the model, recorded as the kernel records the answer's."""
+        calls: list[dict] = []
+
+        def recording(src_: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
+            logits = model(src_, tgt_in)
+            observe.record_call(calls, _TOY, [("args[0]", src_), ("args[1]", tgt_in)], logits)
+            return logits
+
+        _decode(recording, src, max_len, start, end, pad)
+        return calls
+
     named = "" if defaults else f", start_id={start}, end_id={end}, pad_id={pad}"
     return Case(
         call,
@@ -1004,6 +1030,9 @@ def _decode_case(B, max_len, lengths, seed, ids=(1, 2, 0), V=13) -> Case:
             "them, and torch.full((B, 1), start_id) starts an integer tensor.",
             "in_place": "it changed src in place: the caller still needs its source ids.",
         },
+        locate=Locate(
+            record, (_TOY,), names={_TOY: "the model", "args[0]": "src", "args[1]": "tgt_in"}
+        ),
     )
 
 

@@ -55,6 +55,7 @@ import encoder_lib
 
 from . import _layers, observe, runner
 from .feedback import GradingError, Mistake
+from .locate import Locate
 from .observe import Call, Failure, Forbidden, Observation
 from .runner import Ask, Case, ModuleSpec, close, keep_first, randn, reference_mode
 
@@ -345,6 +346,18 @@ def _layer_formula(
     return _layers.residual_sublayers(x, ((attention, ref.norm1, d1), (ffn, ref.norm2, d2)), s)
 
 
+_LAYER_PARTS = (
+    "self_attn",
+    "dropout1",
+    "norm1",
+    "linear1",
+    "dropout",
+    "linear2",
+    "dropout2",
+    "norm2",
+)
+"""The given sub-modules, whose calls localise a mistake no catalogue entry names."""
+
 _DROPOUTS = _layers.Dropouts(
     sites=(
         "the attention output (self.dropout1)",
@@ -478,6 +491,9 @@ def _layer_case(
         ),
         inputs={"args[0]": "x", "mask": "mask"},
         failure_hint=pair_hint,
+        locate=Locate(
+            ref, _LAYER_PARTS, {"args[0]": "x (the layer's input)"}, functions=_layers.FUNCTIONS
+        ),
     )
 
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import dis
 import importlib
+import inspect
 import linecache
 import math
 import os
@@ -53,7 +54,10 @@ __all__ = [
     "PARTS",
     "PREPARE",
     "SCENARIOS",
+    "TRACE",
     "observe",
+    "trace_parts",
+    "record_call",
     "student_mode",
     "deterministic_dropout",
 ]
@@ -91,7 +95,9 @@ class Call:
         prepare: a key of ``PREPARE``: what gets a constructed module ready, after ``state`` is
             loaded and before it is put in train or eval mode.
         scenario: a key of ``SCENARIOS``: how to run it (``"call"``, the default, is the above).
-        options: what a topic-specific scenario needs besides the above.
+        options: what a topic-specific scenario needs besides the above; ``options[TRACE]``,
+            names of the constructed module's sub-modules, records every call of those
+            (``trace_parts``) into ``Observation.info[TRACE]``.
         substitute: notebook name -> ``"module:qualname"`` of a reference bound to that name
             while the call runs (an earlier exercise's answer replaced by its reference).
     """
@@ -215,12 +221,15 @@ handed a model and an optimiser). A scenario gets a lookup of notebook names and
 
 
 class _Counted:
-    def __init__(self, fn: Callable[..., Any]):
-        self.fn, self.calls = fn, 0
+    def __init__(self, fn: Callable[..., Any], kind: str = "", trace: list[dict] | None = None):
+        self.fn, self.calls, self.kind, self.trace = fn, 0, kind, trace
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         self.calls += 1
-        return self.fn(*args, **kwargs)
+        out = self.fn(*args, **kwargs)
+        if self.trace is not None:  # the call's tensors, as trace_parts records a sub-module's
+            record_call(self.trace, self.kind, [(f"args[{i}]", a) for i, a in enumerate(args)], out)
+        return out
 
 
 # --- the mode student code runs in ---------------------------------------------------------------
@@ -445,7 +454,7 @@ def _lookup_target(lookup: Callable[[str], Any], name: str) -> Any:
         ) from None
 
 
-def _materialise(value: Any, counted: list[_Counted]) -> Any:
+def _materialise(value: Any, counted: list[_Counted], trace: list[dict] | None = None) -> Any:
     """Arguments as the student's code receives them: copies of the tensors (one copy per
     distinct tensor, so self-attention still gets one tensor three times) and built parts."""
     copies: dict[int, torch.Tensor] = {}
@@ -456,7 +465,7 @@ def _materialise(value: Any, counted: list[_Counted]) -> Any:
                 copies[id(v)] = v.detach().clone()
             return copies[id(v)]
         if isinstance(v, Part):
-            part = _Counted(PARTS[v.kind](v))
+            part = _Counted(PARTS[v.kind](v), v.kind, trace)
             counted.append(part)
             return part
         if isinstance(v, tuple):
@@ -554,8 +563,10 @@ def _substituted(target: Any, substitute: Mapping[str, str]) -> Iterator[None]:
 
 def _run_target(target: Any, call: Call, obs: Observation) -> Observation:
     counted: list[_Counted] = []
-    args = _materialise(call.args, counted)
-    kwargs = {k: _materialise(v, counted) for k, v in call.kwargs.items()}
+    traced = call.options.get(TRACE)
+    calls: list[dict] | None = [] if traced else None
+    args = _materialise(call.args, counted, calls)
+    kwargs = {k: _materialise(v, counted, calls) for k, v in call.kwargs.items()}
     inputs = named_tensors(args, kwargs)
     for name in call.grad:
         if name in inputs:
@@ -582,8 +593,14 @@ def _run_target(target: Any, call: Call, obs: Observation) -> Observation:
                 fn.train(call.train)
             phase = "call"
             needs_graph = call.upstream is not None
-            with contextlib.nullcontext() if needs_graph else torch.no_grad():
+            parts = traced if isinstance(fn, nn.Module) and calls is not None else ()
+            with (
+                contextlib.nullcontext() if needs_graph else torch.no_grad(),
+                trace_parts(fn, parts, calls),
+            ):
                 value = fn(*args, **kwargs)
+            if calls is not None:
+                obs.info[TRACE] = calls
             obs.value, obs.info["tensors"] = export_value(value)
             if call.upstream is not None:
                 phase = "backward"
@@ -605,6 +622,75 @@ def _run_target(target: Any, call: Call, obs: Observation) -> Observation:
 
 
 SCENARIOS["call"] = _run_call
+
+
+# --- which sub-module got what -------------------------------------------------------------------
+
+TRACE = "trace"
+"""The ``Call.options`` key (and ``Observation.info`` key) of ``trace_parts``'s record."""
+
+MAX_TRACED = 64
+"""At most this many sub-module calls are recorded (a loop over a layer stops being recorded)."""
+
+
+@contextlib.contextmanager
+def trace_parts(
+    module: nn.Module, parts: tuple[str, ...] | list[str], calls: list[dict] | None = None
+) -> Iterator[list[dict]]:
+    """Record each call of ``module``'s sub-modules named in ``parts`` while the block runs, in
+    call order, into ``calls`` (a new list by default), which it yields:
+    ``{"part": name, "args": {parameter: tensor or None}, "out": (tensors...)}``. A ``Part``
+    argument of a traced call (the check's model) records its calls there too, by its kind.
+
+    Arguments are bound to the sub-module's ``forward`` signature with its defaults (so
+    ``attn(q, k, v, mask)`` and ``attn(q, k, v, mask=mask)`` record alike, and an omitted mask
+    records as None); arguments that are neither tensors nor None are left out. The grader runs
+    the reference under the same hooks and compares the two records (``locate``): what the kernel
+    records here can only name a mistake, never pass a check."""
+    calls = [] if calls is None else calls
+    handles = []
+    named = dict(module.named_modules()) if parts else {}
+    for name in parts:
+        sub = named.get(name)
+        if sub is None or sub is module:
+            continue
+        try:
+            signature: inspect.Signature | None = inspect.signature(sub.forward)
+        except (TypeError, ValueError):
+            signature = None
+
+        def hook(_m, args, kwargs, out, name=name, signature=signature):
+            try:
+                bound = signature.bind(*args, **kwargs)  # type: ignore[union-attr]
+                bound.apply_defaults()
+                items = list(bound.arguments.items())
+            except (AttributeError, TypeError):
+                items = [(f"args[{i}]", a) for i, a in enumerate(args)] + list(kwargs.items())
+            record_call(calls, name, items, out)
+
+        handles.append(sub.register_forward_hook(hook, with_kwargs=True))
+    try:
+        yield calls
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def record_call(calls: list[dict], name: str, items: list[tuple[str, Any]], out: Any) -> None:
+    if len(calls) >= MAX_TRACED:
+        return
+    outs = out if isinstance(out, tuple) else (out,)
+    calls.append(
+        {
+            "part": name,
+            "args": {
+                k: v if v is None else v.detach().clone()
+                for k, v in items
+                if v is None or isinstance(v, torch.Tensor)
+            },
+            "out": tuple(o.detach().clone() for o in outs if isinstance(o, torch.Tensor)),
+        }
+    )
 
 
 def describe_module(module: Any, attrs: tuple[str, ...] = ()) -> dict[str, Any]:

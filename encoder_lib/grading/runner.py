@@ -52,6 +52,7 @@ from typing import Any
 
 import torch
 
+from . import locate as _locate
 from .feedback import ForbiddenCallError, GradingError, NotWrittenYet, remember
 from .observe import (
     Call,
@@ -170,6 +171,7 @@ STEP_MISTAKES: dict[str, str] = {
     "no-grad": "the output does not require grad",
     "gradient-missing": "no gradient reaches an input or a parameter",
     "gradient-mismatch": "a wrong gradient that no catalogue entry names",
+    **_locate.LOCATED,
 }
 """The id of each generic step's failure -> what it means. A catalogue entry or a probe names
 its own mistake instead (``feedback.Mistake``) and never takes one of these ids, except
@@ -247,6 +249,11 @@ class Case:
     """Replaces steps 3-7 for values the generic comparison does not fit."""
     messages: Mapping[str, str] = field(default_factory=dict)
     """Overrides of the generic wordings: ``"in_place"``, ``"dtype"``, ``"no_grad"``."""
+    locate: _locate.Locate | None = None
+    """For a module answer: the reference module and its given sub-modules. A wrong value that
+    no catalogue entry and no probe names is then localised (``locate.explain``): the first
+    sub-module that gets something else than in the reference, or the combination of their
+    results."""
 
 
 @dataclass
@@ -900,6 +907,18 @@ def _check_values(case: Case, slots, obs: Observation, ask: Ask) -> None:
         description = probe(obs, ask)
         if description:
             raise GradingError(description)
+    if case.locate is not None:
+        located = _locate.explain(
+            case.locate,
+            case.call,
+            case.inputs,
+            got[0],
+            slots[0][2],
+            ask,
+            lambda a, b: close(a, b, *tolerance(case, b)),
+        )
+        if located is not None:
+            raise GradingError(located)
     order = case.order or range(len(slots))
     for i in order:
         name, g, e, _ = slots[i]

@@ -190,3 +190,31 @@ def test_the_cascade_message_and_the_spared_rejudge_work_through_the_wire(monkey
     runner.run(exercise, remote, thorough=True)  # right once attention_scores is the reference
     with pytest.raises(GradingError, match="divided by d_k"):
         runner.run(runner.EXERCISES["test_attention_scores"], remote, thorough=True)
+
+
+def test_the_localisation_works_through_the_wire():
+    """The traced call travels to the kernel and its record of the sub-modules' calls comes
+    back: a decoder layer whose cross-attention reads the decoder's stream as keys and values is
+    named as it is in the notebook, catalogue off."""
+    import dataclasses
+
+    from notebook_namespace import SolutionNotebook
+
+    notebook = SolutionNotebook("07_decoder")
+    source = notebook.source("decoder_layer")
+    wrong = source.replace("self.multihead_attn(h, memory, memory", "self.multihead_attn(h, h, h")
+    assert wrong != source
+    namespace = notebook.namespace({"decoder_layer": wrong})
+
+    def remote(call: Call) -> Observation:
+        (received,) = wire.decode_calls(wire.encode_calls([call]))
+        obs = observe(namespace.__getitem__, received)
+        (back,) = wire.decode_observations(wire.encode_observations([obs]))
+        return back
+
+    exercise = runner.EXERCISES["test_decoder_layer"]
+    case = dataclasses.replace(next(iter(exercise.cases(False))), mistakes=None, probes=())
+    with pytest.raises(GradingError) as failed:
+        runner.judge(case, remote(case.call), remote)
+    assert failed.value.mistake == "part-input"
+    assert "self.multihead_attn gets as key what self.norm1 returns" in str(failed.value)
