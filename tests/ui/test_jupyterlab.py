@@ -573,3 +573,34 @@ def test_a_jax_answer_s_mistake_is_named_in_the_browser(student_lab, browser, ar
     text = re.sub(r"\s+", " ", re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(output["traceback"])))
     assert text.startswith("Exercise 3 · LayerNorm: not right yet"), text
     assert "Flax's default" in text and "Traceback" not in text
+
+
+def test_a_mistake_no_catalogue_names_is_localised_in_the_browser(student_lab, browser, artifacts):
+    """Notebook 05 answered right except EncoderLayer, which uses norm1 for both sub-layers (no
+    catalogue entry names it): Run All stops at exercise (c)'s test cell, which says which given
+    sub-module is never called and which one runs twice, in a short block without a traceback."""
+    name = "05_encoder"
+    answers = _answers(SOLUTIONS / name / f"{name}.ipynb")
+    wrong = answers["encoder_layer"].replace("self.norm2(", "self.norm1(")
+    assert wrong != answers["encoder_layer"]
+    answers["encoder_layer"] = wrong
+    nb = nbformat.read(student_lab.root / name / f"{name}.ipynb", as_version=4)
+    for cell in nb.cells:
+        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if grade_id in answers:
+            cell.source = answers[grade_id]
+    relpath = f"{name}/{name}_norm1_twice.ipynb"
+    nbformat.write(nb, student_lab.root / relpath)
+    ran = open_and_run_all(browser, student_lab, relpath, artifacts, "student-localised-mistake")
+    index = next(
+        i
+        for i, c in enumerate(ran.notebook.cells)
+        if c.metadata.get("nbgrader", {}).get("grade_id") == "test_encoder_layer"
+    )
+    (output,) = ran.outputs[index]
+    _cell_js(ran, index, "node.scrollIntoView({block: 'center'})")
+    ran.shot("exercise-c", ran.page.locator(".jp-Cell").nth(index))
+    ran.page.close()
+    text = re.sub(r"\s+", " ", re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(output["traceback"])))
+    assert "not right yet" in text and "Traceback" not in text, text
+    assert "self.norm2 is never called, while self.norm1 is called twice" in text, text

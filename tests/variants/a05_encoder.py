@@ -512,6 +512,13 @@ _LAYER_BUGGY = [
         (T_LAYER,),
         "dropout is missing in training",
     ),
+    Variant(  # no catalogue entry: named by where it goes wrong (grading/locate.py)
+        "layer_norm1_for_both_sublayers",
+        LAYER,
+        _layer_with().replace("self.norm2(", "self.norm1("),
+        (T_LAYER,),
+        "self.norm2 is never called, while self.norm1 is called twice",
+    ),
 ]
 
 _LAYER_CORRECT = [

@@ -559,6 +559,13 @@ _LAYER_BUGGY = [
         (T_LAYER,),
         "normalises the input of each sub-layer (pre-norm)",
     ),
+    Variant(  # no catalogue entry: named by where it goes wrong (grading/locate.py)
+        "layer_norm2_for_the_ffn_too",
+        LAYER,
+        _layer_forward(_POST.replace("self.norm3(", "self.norm2("), _PRE),
+        (T_LAYER,),
+        "self.norm3 is never called, while self.norm2 is called twice",
+    ),
     Variant(
         "layer_norm_in_residual_branch",
         LAYER,
