@@ -94,11 +94,12 @@ def explain(
     if mine is None:
         return None
     if isinstance(ref, nn.Module):
+        was_training = ref.training
         with student_mode("", call.seed), torch.no_grad(), trace_parts(ref, parts) as theirs:
             try:
                 ref.train(call.train)(*call.args, **call.kwargs)
             finally:
-                ref.eval()
+                ref.train(was_training)
     else:
         theirs = ref(call)
     words = _Names(locate.names)
