@@ -181,18 +181,15 @@ def _layer_case() -> runner.Case:
     return next(iter(exercise.cases(False)))
 
 
-def _wrong_layer():
-    namespace = _LAYER.namespace(
-        {"encoder_layer": next(v for v in _LAYER.buggy if v.name == "layer_no_residual").source}
-    )
-    return namespace
+def _wrong_layer() -> runner.Ask:
+    """An Ask on notebook 05 whose EncoderLayer has no residual connections."""
+    wrong = next(v for v in _LAYER.buggy if v.name == "layer_no_residual").source
+    return runner.local(_LAYER.namespace({"encoder_layer": wrong}))
 
 
-@pytest.mark.parametrize("record", [None, "nonsense", [{"part": "norm9"}], [{"part": "norm1"}]])
-def test_a_malformed_record_only_leaves_the_generic_message(record):
-    namespace = _wrong_layer()
-    case = _layer_case()
-    ask = runner.local(namespace)
+def _forging(ask: runner.Ask, record) -> runner.Ask:
+    """``ask``, except that a traced call's record of the sub-modules is replaced by ``record``
+    (what a tampered kernel could send back)."""
 
     def forged(call: observe.Call) -> observe.Observation:
         obs = ask(call)
@@ -200,28 +197,27 @@ def test_a_malformed_record_only_leaves_the_generic_message(record):
             obs.info[observe.TRACE] = record
         return obs
 
+    return forged
+
+
+@pytest.mark.parametrize("record", [None, "nonsense", [{"part": "norm9"}], [{"part": "norm1"}]])
+def test_a_malformed_record_only_leaves_the_generic_message(record):
+    ask = _wrong_layer()
+    case = dataclasses.replace(_layer_case(), mistakes=None, probes=())
     with pytest.raises(runner.GradingError) as failed:
-        runner.judge(dataclasses.replace(case, mistakes=None, probes=()), ask(case.call), forged)
+        runner.judge(case, ask(case.call), _forging(ask, record))
     assert failed.value.mistake == "mismatch"
 
 
 def test_a_record_copied_from_the_reference_cannot_pass():
     """The kernel claims that every sub-module got what the reference gives it: the answer is
     still wrong (its values are), and the message says the combination is."""
-    namespace = _wrong_layer()
     case = dataclasses.replace(_layer_case(), mistakes=None, probes=())
     ref, call = case.locate.reference, case.call
     parts = tuple(p for p in case.locate.parts if not p.startswith("dropout"))
     with observe.student_mode(""), torch.no_grad(), observe.trace_parts(ref, parts) as theirs:
         ref(*call.args, **call.kwargs)
-    ask = runner.local(namespace)
-
-    def forged(c: observe.Call) -> observe.Observation:
-        obs = ask(c)
-        if observe.TRACE in c.options:
-            obs.info[observe.TRACE] = theirs
-        return obs
-
+    ask = _wrong_layer()
     with pytest.raises(runner.GradingError) as failed:
-        runner.judge(case, ask(call), forged)
+        runner.judge(case, ask(call), _forging(ask, theirs))
     assert failed.value.mistake == "combination"

@@ -491,28 +491,57 @@ def _answers(solution: Path) -> dict[str, str]:
     return answers
 
 
-def test_a_mistake_in_an_earlier_exercise_is_named_where_it_lives(student_lab, browser, artifacts):
-    """Notebook 01 answered right except attention_scores, which divides by d_k: exercise 4's
-    test cell (its attention calls attention_scores) says that the mistake lives in exercise 1,
-    in a short block without a traceback."""
-    name = "01_self_attention"
+def _run_all_with_one_mistake(
+    lab, browser, artifacts: Path, name: str, answer: str, right: str, wrong: str, label: str
+) -> Ran:
+    """Run All, in the browser, of the student version of ``name`` answered with the solution's
+    code except ``answer``, where ``right`` is replaced by ``wrong``."""
     answers = _answers(SOLUTIONS / name / f"{name}.ipynb")
-    wrong = answers["attention_scores"].replace("/ math.sqrt(d_k)", "/ d_k")
-    assert wrong != answers["attention_scores"]
-    answers["attention_scores"] = wrong
-    nb = nbformat.read(student_lab.root / name / f"{name}.ipynb", as_version=4)
+    changed = answers[answer].replace(right, wrong)
+    assert changed != answers[answer], f"{right!r} is not in the solution's {answer}"
+    answers[answer] = changed
+    nb = nbformat.read(lab.root / name / f"{name}.ipynb", as_version=4)
     for cell in nb.cells:
         grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
         if grade_id in answers:
             cell.source = answers[grade_id]
-    relpath = f"{name}/{name}_one_mistake.ipynb"
-    nbformat.write(nb, student_lab.root / relpath)
-    ran = open_and_run_all(browser, student_lab, relpath, artifacts, "student-one-mistake")
-    index = next(
+    relpath = f"{name}/{name}_{label}.ipynb"
+    nbformat.write(nb, lab.root / relpath)
+    return open_and_run_all(browser, lab, relpath, artifacts, f"student-{label}")
+
+
+def _cell_index(ran: Ran, grade_id: str) -> int:
+    return next(
         i
         for i, c in enumerate(ran.notebook.cells)
-        if c.metadata.get("nbgrader", {}).get("grade_id") == "test_scaled_dot_product_attention"
+        if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id
     )
+
+
+def _shot_and_text(ran: Ran, index: int, output: dict, shot: str) -> str:
+    """Screenshot cell ``index`` (scrolled to the middle), close the page, and return the error
+    block's text as the student reads it (colours stripped, whitespace folded)."""
+    _cell_js(ran, index, "node.scrollIntoView({block: 'center'})")
+    ran.shot(shot, ran.page.locator(".jp-Cell").nth(index))
+    ran.page.close()
+    return re.sub(r"\s+", " ", re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(output["traceback"])))
+
+
+def test_a_mistake_in_an_earlier_exercise_is_named_where_it_lives(student_lab, browser, artifacts):
+    """Notebook 01 answered right except attention_scores, which divides by d_k: exercise 4's
+    test cell (its attention calls attention_scores) says that the mistake lives in exercise 1,
+    in a short block without a traceback."""
+    ran = _run_all_with_one_mistake(
+        student_lab,
+        browser,
+        artifacts,
+        "01_self_attention",
+        "attention_scores",
+        "/ math.sqrt(d_k)",
+        "/ d_k",
+        "one-mistake",
+    )
+    index = _cell_index(ran, "test_scaled_dot_product_attention")
     # Run All stops at the first failing test cell (exercise 1's): run the rest up to exercise
     # 4's test cell one at a time, as a student does.
     first_failure = next(
@@ -535,10 +564,7 @@ def test_a_mistake_in_an_earlier_exercise_is_named_where_it_lives(student_lab, b
     (output,) = ran.page.evaluate(
         f"i => {_NOTEBOOK}.content.model.cells.get(i).outputs.toJSON()", index
     )
-    _cell_js(ran, index, "node.scrollIntoView({block: 'center'})")
-    ran.shot("exercise-4", ran.page.locator(".jp-Cell").nth(index))
-    ran.page.close()
-    text = re.sub(r"\s+", " ", re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(output["traceback"])))
+    text = _shot_and_text(ran, index, output, "exercise-4")
     assert text.startswith("Exercise 4 · scaled_dot_product_attention: not right yet"), text
     assert "this comes from your attention_scores (exercise 1)" in text
     assert "sqrt(d_k)" in text and "Traceback" not in text
@@ -548,29 +574,19 @@ def test_a_jax_answer_s_mistake_is_named_in_the_browser(student_lab, browser, ar
     """Notebook 10 answered right except LayerNorm, which keeps Flax's epsilon: Run All stops at
     exercise 3's test cell, which names the epsilon in a short block without a traceback (the
     check ran the JAX module on PyTorch's weights and compared with nn.LayerNorm)."""
-    name = "10_jax_encoder"
-    answers = _answers(SOLUTIONS / name / f"{name}.ipynb")
-    wrong = answers["jax_layer_norm"].replace("1e-5 if epsilon is None", "1e-6 if epsilon is None")
-    assert wrong != answers["jax_layer_norm"]
-    answers["jax_layer_norm"] = wrong
-    nb = nbformat.read(student_lab.root / name / f"{name}.ipynb", as_version=4)
-    for cell in nb.cells:
-        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
-        if grade_id in answers:
-            cell.source = answers[grade_id]
-    relpath = f"{name}/{name}_flax_epsilon.ipynb"
-    nbformat.write(nb, student_lab.root / relpath)
-    ran = open_and_run_all(browser, student_lab, relpath, artifacts, "student-jax-mistake")
-    index = next(
-        i
-        for i, c in enumerate(ran.notebook.cells)
-        if c.metadata.get("nbgrader", {}).get("grade_id") == "test_jax_layer_norm"
+    ran = _run_all_with_one_mistake(
+        student_lab,
+        browser,
+        artifacts,
+        "10_jax_encoder",
+        "jax_layer_norm",
+        "1e-5 if epsilon is None",
+        "1e-6 if epsilon is None",
+        "jax-mistake",
     )
+    index = _cell_index(ran, "test_jax_layer_norm")
     (output,) = ran.outputs[index]
-    _cell_js(ran, index, "node.scrollIntoView({block: 'center'})")
-    ran.shot("exercise-3", ran.page.locator(".jp-Cell").nth(index))
-    ran.page.close()
-    text = re.sub(r"\s+", " ", re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(output["traceback"])))
+    text = _shot_and_text(ran, index, output, "exercise-3")
     assert text.startswith("Exercise 3 · LayerNorm: not right yet"), text
     assert "Flax's default" in text and "Traceback" not in text
 
@@ -579,28 +595,18 @@ def test_a_mistake_no_catalogue_names_is_localised_in_the_browser(student_lab, b
     """Notebook 05 answered right except EncoderLayer, which uses norm1 for both sub-layers (no
     catalogue entry names it): Run All stops at exercise (c)'s test cell, which says which given
     sub-module is never called and which one runs twice, in a short block without a traceback."""
-    name = "05_encoder"
-    answers = _answers(SOLUTIONS / name / f"{name}.ipynb")
-    wrong = answers["encoder_layer"].replace("self.norm2(", "self.norm1(")
-    assert wrong != answers["encoder_layer"]
-    answers["encoder_layer"] = wrong
-    nb = nbformat.read(student_lab.root / name / f"{name}.ipynb", as_version=4)
-    for cell in nb.cells:
-        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
-        if grade_id in answers:
-            cell.source = answers[grade_id]
-    relpath = f"{name}/{name}_norm1_twice.ipynb"
-    nbformat.write(nb, student_lab.root / relpath)
-    ran = open_and_run_all(browser, student_lab, relpath, artifacts, "student-localised-mistake")
-    index = next(
-        i
-        for i, c in enumerate(ran.notebook.cells)
-        if c.metadata.get("nbgrader", {}).get("grade_id") == "test_encoder_layer"
+    ran = _run_all_with_one_mistake(
+        student_lab,
+        browser,
+        artifacts,
+        "05_encoder",
+        "encoder_layer",
+        "self.norm2(",
+        "self.norm1(",
+        "localised-mistake",
     )
+    index = _cell_index(ran, "test_encoder_layer")
     (output,) = ran.outputs[index]
-    _cell_js(ran, index, "node.scrollIntoView({block: 'center'})")
-    ran.shot("exercise-c", ran.page.locator(".jp-Cell").nth(index))
-    ran.page.close()
-    text = re.sub(r"\s+", " ", re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(output["traceback"])))
+    text = _shot_and_text(ran, index, output, "exercise-c")
     assert "not right yet" in text and "Traceback" not in text, text
     assert "self.norm2 is never called, while self.norm1 is called twice" in text, text
