@@ -112,8 +112,7 @@ def explain(
     _add_calls(pool, theirs, words, "")
     pool.yours = _Pool(same)  # the answer's own intermediate results, to name its tensors by
     _add_calls(pool.yours, mine, words, " in your forward", arguments=False)
-    counts = Counter(c["part"] for c in theirs)
-    return _first_difference(theirs, mine, parts, counts, pool, got, want, words)
+    return _first_difference(theirs, mine, parts, pool, got, want, words)
 
 
 def _add_calls(pool: _Pool, calls: list[dict], words: _Names, where: str, arguments=True) -> None:
@@ -146,7 +145,8 @@ class _Names:
         return "as its input" if arg in INPUT_WORDS else f"as {self.arg(arg)}"
 
 
-def _first_difference(theirs, mine, parts, counts, pool, got, want, name) -> Mistake | None:
+def _first_difference(theirs, mine, parts, pool, got, want, name) -> Mistake | None:
+    counts = Counter(c["part"] for c in theirs)
     mine_counts = Counter(c["part"] for c in mine)
     seen: Counter[str] = Counter()
     for c in theirs:
@@ -169,24 +169,22 @@ def _first_difference(theirs, mine, parts, counts, pool, got, want, name) -> Mis
     for part in parts:
         if mine_counts[part] > counts[part]:
             return _count_mistake(part, mine_counts[part], counts, mine_counts, parts, name)
-    got_t, want_t = _first_tensor(got), _first_tensor(want)
-    if got_t is None or want_t is None:
+    if not isinstance(got, torch.Tensor) or not isinstance(want, torch.Tensor):
         return None
-    if _kind(want_t) != "float" and got_t.shape == want_t.shape and want_t.dim() == 2:
-        row = int((got_t != want_t).any(dim=1).nonzero()[0, 0]) if (got_t != want_t).any() else 0
+    if _kind(want) != "float" and got.shape == want.shape and want.dim() == 2:
+        row = int((got != want).any(dim=1).nonzero()[0, 0]) if (got != want).any() else 0
         return Mistake(
             "combination",
             f"every call of {name.part(parts[0])} gets the same arguments as in the reference, so "
             "the mistake is in how the result is assembled from what it returns: row "
-            f"{row} of the output is {got_t[row].tolist()}, where it should be "
-            f"{want_t[row].tolist()}.",
+            f"{row} of the output is {got[row].tolist()}, where it should be "
+            f"{want[row].tolist()}.",
         )
     return Mistake(
         "combination",
         "every given sub-module gets the same arguments as in the reference, so the mistake is in "
-        "how their results are combined into the output: the output is "
-        f"{pool.describe(got_t)}, where it should be "
-        f"{pool.describe(want_t)}.",
+        f"how their results are combined into the output: the output is {pool.describe(got)}, "
+        f"where it should be {pool.describe(want)}.",
     )
 
 
@@ -320,14 +318,6 @@ def _valid(record: Any, parts: Sequence[str]) -> list[dict] | None:
         ):
             return None
     return record
-
-
-def _first_tensor(value: Any) -> torch.Tensor | None:
-    if isinstance(value, torch.Tensor):
-        return value
-    if isinstance(value, tuple | list) and value and isinstance(value[0], torch.Tensor):
-        return value[0]
-    return None
 
 
 def _ordinal(k: int, total: int) -> str:
