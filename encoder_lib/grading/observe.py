@@ -54,6 +54,7 @@ __all__ = [
     "PARTS",
     "PREPARE",
     "SCENARIOS",
+    "AFTER_CHECK",
     "TRACE",
     "observe",
     "trace_parts",
@@ -218,6 +219,11 @@ class Unfit(Exception):  # noqa: N818 (an outcome, reported as a failure of kind
 SCENARIOS: dict[str, Callable[[Callable[[str], Any], Call], Observation]] = {}
 """How to run a ``Call``: ``"call"`` and topic-specific ones (e.g. the capstone's ``train_step``,
 handed a model and an optimiser). A scenario gets a lookup of notebook names and the call."""
+
+AFTER_CHECK: list[Callable[[], None]] = []
+"""Run when a check made in this process (a test cell in the student's kernel) has ended,
+passed or not: a scenario's moment to let go of what its calls left behind (notebook 10's
+compiled JAX programs)."""
 
 
 class _Counted:

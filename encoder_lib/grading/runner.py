@@ -55,6 +55,7 @@ import torch
 from . import locate as _locate
 from .feedback import ForbiddenCallError, GradingError, NotWrittenYet, remember
 from .observe import (
+    AFTER_CHECK,
     Call,
     Failure,
     Observation,
@@ -345,6 +346,9 @@ def make_check(exercise: Exercise) -> Callable[..., None]:
             run(exercise, local({exercise.target: obj}, _namespace_of(obj)), thorough)
         except GradingError as error:
             raise remember(error) from None
+        finally:
+            for hook in AFTER_CHECK:
+                hook()
 
     check.__name__ = check.__qualname__ = f"check_{exercise.name}"
     check.__doc__ = (

@@ -178,3 +178,34 @@ def test_the_verdicts_are_the_same_through_the_wire(test_cell):
     buggy = next(v for v in NOTEBOOK.buggy if v.cell == answer)
     here, wired = verdicts_here_and_wired(NOTEBOOK.namespace({answer: buggy.source}), test_cell)
     assert here == wired and here is not None and buggy.says.lower() in here.lower()
+
+
+def test_in_a_kernel_compiled_programs_are_released_between_and_after_checks(monkeypatch):
+    """In a notebook's kernel JAX's programs are let go when the calls move to another exercise
+    and when a check made in the kernel ends (the demos below it start lighter); in any other
+    process (this one) they are kept. Each release is recorded here instead of done."""
+    released: list[str] = []
+    monkeypatch.setattr(
+        jax_port, "_release_compiled", lambda: released.append(jax_port._SERVING[0])
+    )
+    monkeypatch.setattr(jax_port, "_SERVING", [""])
+    namespace = NOTEBOOK.namespace()
+    dropout, layer_norm = namespace["dropout"], namespace["LayerNorm"]
+
+    jax_port.check_jax_dropout(dropout)
+    assert released == []  # not a kernel
+    monkeypatch.setattr(jax_port, "_in_a_kernel", lambda: True)
+    jax_port.check_jax_dropout(dropout)
+    # on its first call (another exercise than none), and after the check
+    assert released == ["jax_dropout", ""]
+    with pytest.raises(runner.GradingError):
+        jax_port.check_jax_layer_norm(lambda *a, **k: None)  # not a module: fails, still released
+    assert released == ["jax_dropout", "", "jax_layer_norm", ""]
+    jax_port.check_jax_layer_norm(layer_norm)
+    # served by wire (autograde), calls of one exercise in a row release only when it changes
+    before = len(released)
+    ask = runner.local({"LayerNorm": layer_norm})
+    exercise = runner.EXERCISES["test_jax_layer_norm"]
+    for case in exercise.cases(False):
+        ask(case.call)
+    assert released[before:] == ["jax_layer_norm"]
