@@ -9,6 +9,7 @@ results.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from dataclasses import dataclass, field
@@ -51,7 +52,7 @@ class Graded:
 
 
 @pytest.fixture(scope="session")
-def graded(tmp_path_factory) -> Graded:
+def graded(tmp_path_factory, request) -> Graded:
     present = C.graded_assignments()
     if not present:
         pytest.skip("no assignment notebook in solutions/ yet")
@@ -96,5 +97,9 @@ def graded(tmp_path_factory) -> Graded:
     readers = [*sorted(s for s in plan.students if s.startswith(("bug-", "cheat-"))), R.REF]
     logs["feedback"] = timed("generate_feedback", course.feedback, "*", readers)
     grades = timed("export", course.export)
-    print("\npipeline timings (s): " + ", ".join(f"{k} {v:.0f}" for k, v in seconds.items()))
+    # Into the run's log (not captured): where the class's grading time went.
+    line = "pipeline timings (s): " + ", ".join(f"{k} {v:.0f}" for k, v in seconds.items())
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
+    with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
+        print("\n" + line, flush=True)
     return Graded(course, plan, grades, logs, seconds)
