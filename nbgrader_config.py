@@ -59,6 +59,6 @@ c.Autograde.autograde_preprocessors = [
 
 
 # --- feedback pages: maths without a CDN, long lines wrapped ------------------------------------
-# encoder_lib.autograde.feedback (an importable module with its tests): nbgrader's feedback HTML
-# with the TeX turned into MathML (no MathJax download) and output lines that wrap in the page.
-c.GenerateFeedback.exporter_class = "encoder_lib.autograde.feedback.OfflineFeedbackExporter"
+# encoder_lib.autograde.feedback_page (an importable module with its tests): nbgrader's feedback
+# HTML with the TeX turned into MathML (no MathJax download) and output lines that wrap in the page.
+c.GenerateFeedback.exporter_class = "encoder_lib.autograde.feedback_page.OfflineFeedbackExporter"

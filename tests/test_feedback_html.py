@@ -1,4 +1,4 @@
-"""encoder_lib.autograde.feedback: maths as MathML, no network scripts, wrapping outputs.
+"""encoder_lib.autograde.feedback_page: maths as MathML, no network scripts, wrapping outputs.
 
 The page in a real browser (network blocked) is checked in tests/ui/test_feedback_page.py.
 """
@@ -8,7 +8,7 @@ from __future__ import annotations
 import nbformat
 from bs4 import BeautifulSoup
 
-from encoder_lib.autograde.feedback import (
+from encoder_lib.autograde.feedback_page import (
     WRAP_CSS,
     OfflineFeedbackExporter,
     name_test_cells,

@@ -15,28 +15,28 @@ comes back in nbgrader's own process.
 
 from ..course import install_hints as _install_hints
 from . import (
-    attention,
-    capstone,
-    decoder,
-    encoder,
-    feed_forward,
-    jax_port,
-    layer_norm,
-    masked_lm,
-    modern,
-    multi_head,
+    attention_checks,
+    capstone_checks,
+    decoder_checks,
+    encoder_checks,
+    feed_forward_checks,
+    jax_checks,
+    layer_norm_checks,
+    masked_lm_checks,
+    modern_checks,
+    multi_head_checks,
 )
-from .attention import *  # noqa: F403
-from .capstone import *  # noqa: F403
-from .decoder import *  # noqa: F403
-from .encoder import *  # noqa: F403
-from .feed_forward import *  # noqa: F403
+from .attention_checks import *  # noqa: F403
+from .capstone_checks import *  # noqa: F403
+from .decoder_checks import *  # noqa: F403
+from .encoder_checks import *  # noqa: F403
+from .feed_forward_checks import *  # noqa: F403
 from .feedback import ForbiddenCallError, GradingError, NotWrittenYet, hint, show_full_tracebacks
-from .jax_port import *  # noqa: F403
-from .layer_norm import *  # noqa: F403
-from .masked_lm import *  # noqa: F403
-from .modern import *  # noqa: F403
-from .multi_head import *  # noqa: F403
+from .jax_checks import *  # noqa: F403
+from .layer_norm_checks import *  # noqa: F403
+from .masked_lm_checks import *  # noqa: F403
+from .modern_checks import *  # noqa: F403
+from .multi_head_checks import *  # noqa: F403
 from .runner import EXERCISES
 
 # Every test cell's first line imports this package: its NameErrors say what to run even when
@@ -50,14 +50,14 @@ __all__ = [
     "NotWrittenYet",
     "hint",
     "show_full_tracebacks",
-    *attention.__all__,
-    *multi_head.__all__,
-    *layer_norm.__all__,
-    *feed_forward.__all__,
-    *encoder.__all__,
-    *capstone.__all__,
-    *decoder.__all__,
-    *masked_lm.__all__,
-    *modern.__all__,
-    *jax_port.__all__,
+    *attention_checks.__all__,
+    *multi_head_checks.__all__,
+    *layer_norm_checks.__all__,
+    *feed_forward_checks.__all__,
+    *encoder_checks.__all__,
+    *capstone_checks.__all__,
+    *decoder_checks.__all__,
+    *masked_lm_checks.__all__,
+    *modern_checks.__all__,
+    *jax_checks.__all__,
 ]

@@ -11,7 +11,7 @@ stub), then each test cell's source runs as written, visible and hidden parts to
 - an untouched stub makes its test cell say "not written yet".
 
 Topic-specific behaviour (forbidden built-ins, tampering, loaders...) is tested beside it, in
-test_<topic>.py.
+test_<topic>_checks.py.
 """
 
 from __future__ import annotations

@@ -24,7 +24,14 @@ from variants import Variant
 
 import encoder_lib
 from encoder_lib import grading
-from encoder_lib.grading import ForbiddenCallError, GradingError, decoder, observe, runner, wire
+from encoder_lib.grading import (
+    ForbiddenCallError,
+    GradingError,
+    decoder_checks,
+    observe,
+    runner,
+    wire,
+)
 
 # test cell grade_id -> (answer cell grade_id, the name the answer defines, its check)
 CHECKS = {
@@ -41,10 +48,10 @@ NOTEBOOK = SolutionNotebook("07_decoder", CHECKS)
 BUGGY, CORRECT = NOTEBOOK.buggy, NOTEBOOK.correct
 ANSWERS = NOTEBOOK.answers
 CASES = {
-    "test_causal_self_attention": decoder._causal_cases,
-    "test_cross_attention": decoder._cross_cases,
-    "test_decoder_layer": decoder._layer_cases,
-    "test_greedy_decode": decoder._decode_cases,
+    "test_causal_self_attention": decoder_checks._causal_cases,
+    "test_cross_attention": decoder_checks._cross_cases,
+    "test_decoder_layer": decoder_checks._layer_cases,
+    "test_greedy_decode": decoder_checks._decode_cases,
 }
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -74,7 +81,7 @@ def test_about_ten_points_over_the_four_exercises():
 
 
 def test_public_checks_are_exported():
-    expect_exported(grading.decoder, {check.__name__ for _, _, check in CHECKS.values()})
+    expect_exported(grading.decoder_checks, {check.__name__ for _, _, check in CHECKS.values()})
 
 
 def test_reference_solution_passes_silently_and_leaves_the_random_state(capsys):
@@ -119,7 +126,7 @@ def test_where_dropout_sits_is_checked_in_training_mode():
         "layer_functional_dropout_in_eval",
     } <= names
     assert "layer_functional_dropout" in {v.name for v in CORRECT}
-    trained = [case for case in decoder._layer_cases(False) if case.call.train]
+    trained = [case for case in decoder_checks._layer_cases(False) if case.call.train]
     assert {case.call.init[1]["norm_first"] for case in trained} == {False, True}
 
 
@@ -203,7 +210,7 @@ def _tensors(value) -> list[torch.Tensor]:
 
 def test_the_attention_part_counts_its_calls():
     namespace = NOTEBOOK.namespace()
-    case = next(iter(decoder._causal_cases(False)))
+    case = next(iter(decoder_checks._causal_cases(False)))
     obs = runner.local(namespace)(case.call)
     assert obs.failure is None and obs.info["parts"] == [1]
 
@@ -216,7 +223,7 @@ def _toy(V=13, ids=(1, 2, 0)):
     part = observe.Part(
         "decoder.toy_model", options={"vocab": V, "start": start, "end": end, "pad": pad}
     )
-    return decoder._toy_model(part)
+    return decoder_checks._toy_model(part)
 
 
 def test_the_stand_in_model_is_causal_and_reads_the_whole_history():
@@ -239,7 +246,7 @@ def test_the_stand_in_model_is_causal_and_reads_the_whole_history():
 def test_the_stand_in_model_ends_after_the_source_and_refuses_float_ids():
     model = _toy()
     src = torch.tensor([[3, 4, 0, 0], [5, 6, 7, 8]])
-    decoded = decoder._decode(model, src, 6, 1, 2, 0)
+    decoded = decoder_checks._decode(model, src, 6, 1, 2, 0)
     assert decoded[0, 2] == 2 and (decoded[0, 3:] == 0).all()
     assert decoded[1, 4] == 2 and (decoded[1, 5:] == 0).all()
     assert ((decoded[:, :2] > 2) & (decoded[:, :2] < 13)).all()
@@ -250,7 +257,7 @@ def test_the_stand_in_model_ends_after_the_source_and_refuses_float_ids():
 def test_every_decoding_case_needs_the_loop():
     """In every case the right answer differs from a single call's, from feeding <start> only
     and from unpadded output, so those mistakes cannot pass by luck."""
-    for case in decoder._decode_cases(True):
+    for case in decoder_checks._decode_cases(True):
         if case.call.args[2] < 2:
             continue
         wrong = case.mistakes()

@@ -17,21 +17,23 @@ from torch import nn
 
 pytest.importorskip("flax.nnx")
 
-from encoder_lib.grading import jax_port, runner
+from encoder_lib.grading import jax_checks, runner
 from encoder_lib.grading.observe import Observation
 
 CHECKS = {
-    "test_jax_dropout": Check("jax_dropout", "dropout", jax_port.check_jax_dropout),
-    "test_jax_load_linear": Check("jax_load_linear", "load_linear", jax_port.check_jax_load_linear),
-    "test_jax_layer_norm": Check("jax_layer_norm", "LayerNorm", jax_port.check_jax_layer_norm),
+    "test_jax_dropout": Check("jax_dropout", "dropout", jax_checks.check_jax_dropout),
+    "test_jax_load_linear": Check(
+        "jax_load_linear", "load_linear", jax_checks.check_jax_load_linear
+    ),
+    "test_jax_layer_norm": Check("jax_layer_norm", "LayerNorm", jax_checks.check_jax_layer_norm),
     "test_jax_feed_forward": Check(
-        "jax_feed_forward", "FeedForward", jax_port.check_jax_feed_forward
+        "jax_feed_forward", "FeedForward", jax_checks.check_jax_feed_forward
     ),
     "test_jax_attention": Check(
-        "jax_attention", "MultiHeadAttention", jax_port.check_jax_attention
+        "jax_attention", "MultiHeadAttention", jax_checks.check_jax_attention
     ),
     "test_jax_encoder_block": Check(
-        "jax_encoder_block", "EncoderBlock", jax_port.check_jax_encoder_block
+        "jax_encoder_block", "EncoderBlock", jax_checks.check_jax_encoder_block
     ),
 }
 POINTS = {
@@ -51,7 +53,7 @@ def test_notebook_has_the_cells_and_points_the_checks_expect():
 
 
 def test_module_lists_its_checks():
-    expect_exported(jax_port, {check.__name__ for _, _, check in CHECKS.values()})
+    expect_exported(jax_checks, {check.__name__ for _, _, check in CHECKS.values()})
 
 
 def _with_masks(monkeypatch, masks, p: float) -> None:
@@ -86,7 +88,7 @@ def test_the_block_written_out_by_the_catalogue_is_pytorch_s_layer(train, monkey
     torch.manual_seed(0)
     B, L, D, H, d_ff, p = 2, 5, 16, 4, 32, 0.25
     layer = nn.TransformerEncoderLayer(D, H, d_ff, p, batch_first=True)
-    state = jax_port._randomised(layer, 7)
+    state = jax_checks._randomised(layer, 7)
     x = torch.randn(B, L, D)
     keep = torch.tensor([[True] * 5, [True] * 3 + [False] * 2])
     shapes = [(B, H, L, L), (B, L, D), (B, L, d_ff), (B, L, D)]
@@ -97,24 +99,24 @@ def test_the_block_written_out_by_the_catalogue_is_pytorch_s_layer(train, monkey
             want = layer.train()(x, src_key_padding_mask=~keep)
         else:
             want = layer.eval()(x, src_key_padding_mask=~keep)
-    got = jax_port._block(state, x, keep, H, masks, p)
+    got = jax_checks._block(state, x, keep, H, masks, p)
     torch.testing.assert_close(got[keep], want[keep], atol=1e-5, rtol=1e-4)
 
 
 def test_the_attention_and_network_written_out_are_pytorch_s():
     torch.manual_seed(1)
     mha = nn.MultiheadAttention(16, 4, batch_first=True).eval()
-    state = jax_port._randomised(mha, 3)
+    state = jax_checks._randomised(mha, 3)
     x = torch.randn(2, 5, 16)
     keep = torch.tensor([[True] * 4 + [False], [True] * 2 + [False] * 3])
     with torch.no_grad():
         want, _ = mha(x, x, x, key_padding_mask=~keep)
-    torch.testing.assert_close(jax_port._attention(state, x, keep, 4), want, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(jax_checks._attention(state, x, keep, 4), want, atol=1e-5, rtol=1e-4)
     ff = nn.Sequential()
     ff.linear1, ff.linear2 = nn.Linear(16, 24), nn.Linear(24, 16)
     with torch.no_grad():
         torch.testing.assert_close(
-            jax_port._feed_forward(ff.state_dict(), x), ff.linear2(F.relu(ff.linear1(x)))
+            jax_checks._feed_forward(ff.state_dict(), x), ff.linear2(F.relu(ff.linear1(x)))
         )
 
 
@@ -158,9 +160,9 @@ def test_the_grader_s_side_never_imports_jax():
     process judges notebook 10 with torch alone."""
     code = (
         "import sys\n"
-        "from encoder_lib.grading import jax_port, runner\n"
+        "from encoder_lib.grading import jax_checks, runner\n"
         "for exercise in runner.EXERCISES.values():\n"
-        "    if exercise.topic != jax_port.__name__: continue\n"
+        "    if exercise.topic != jax_checks.__name__: continue\n"
         "    for case in exercise.cases(True):\n"
         "        if case.call.train: continue  # needs an answer's masks; same formulas\n"
         "        runner._resolve(case.expected); runner._resolve(case.mistakes)\n"
@@ -186,22 +188,22 @@ def test_in_a_kernel_compiled_programs_are_released_between_and_after_checks(mon
     process (this one) they are kept. Each release is recorded here instead of done."""
     released: list[str] = []
     monkeypatch.setattr(
-        jax_port, "_release_compiled", lambda: released.append(jax_port._SERVING[0])
+        jax_checks, "_release_compiled", lambda: released.append(jax_checks._SERVING[0])
     )
-    monkeypatch.setattr(jax_port, "_SERVING", [""])
+    monkeypatch.setattr(jax_checks, "_SERVING", [""])
     namespace = NOTEBOOK.namespace()
     dropout, layer_norm = namespace["dropout"], namespace["LayerNorm"]
 
-    jax_port.check_jax_dropout(dropout)
+    jax_checks.check_jax_dropout(dropout)
     assert released == []  # not a kernel
-    monkeypatch.setattr(jax_port, "_in_a_kernel", lambda: True)
-    jax_port.check_jax_dropout(dropout)
+    monkeypatch.setattr(jax_checks, "_in_a_kernel", lambda: True)
+    jax_checks.check_jax_dropout(dropout)
     # on its first call (another exercise than none), and after the check
     assert released == ["jax_dropout", ""]
     with pytest.raises(runner.GradingError):
-        jax_port.check_jax_layer_norm(lambda *a, **k: None)  # not a module: fails, still released
+        jax_checks.check_jax_layer_norm(lambda *a, **k: None)  # not a module: fails, still released
     assert released == ["jax_dropout", "", "jax_layer_norm", ""]
-    jax_port.check_jax_layer_norm(layer_norm)
+    jax_checks.check_jax_layer_norm(layer_norm)
     # served by wire (autograde), calls of one exercise in a row release only when it changes
     before = len(released)
     ask = runner.local({"LayerNorm": layer_norm})

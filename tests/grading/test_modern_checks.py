@@ -18,19 +18,19 @@ from notebook_namespace import (
 )
 
 import encoder_lib
-from encoder_lib.grading import _layers, modern, runner
+from encoder_lib.grading import _layers, modern_checks, runner
 
 CHECKS = {
-    "test_rms_norm": Check("rms_norm", "rms_norm", modern.check_rms_norm),
+    "test_rms_norm": Check("rms_norm", "rms_norm", modern_checks.check_rms_norm),
     "test_gated_feed_forward": Check(
-        "gated_feed_forward", "GatedFeedForward", modern.check_gated_feed_forward
+        "gated_feed_forward", "GatedFeedForward", modern_checks.check_gated_feed_forward
     ),
-    "test_apply_rotary": Check("apply_rotary", "apply_rotary", modern.check_apply_rotary),
+    "test_apply_rotary": Check("apply_rotary", "apply_rotary", modern_checks.check_apply_rotary),
     "test_sliding_window_mask": Check(
-        "sliding_window_mask", "sliding_window_mask", modern.check_sliding_window_mask
+        "sliding_window_mask", "sliding_window_mask", modern_checks.check_sliding_window_mask
     ),
     "test_modern_encoder_layer": Check(
-        "modern_encoder_layer", "ModernEncoderLayer", modern.check_modern_encoder_layer
+        "modern_encoder_layer", "ModernEncoderLayer", modern_checks.check_modern_encoder_layer
     ),
 }
 POINTS = {
@@ -49,7 +49,7 @@ def test_notebook_has_the_cells_and_points_the_checks_expect():
 
 
 def test_module_lists_its_checks():
-    expect_exported(modern, {check.__name__ for _, _, check in CHECKS.values()})
+    expect_exported(modern_checks, {check.__name__ for _, _, check in CHECKS.values()})
 
 
 def test_the_given_inits_load_the_library_s_weights():
@@ -68,7 +68,7 @@ def test_the_given_inits_load_the_library_s_weights():
     ).eval()
     ours = namespace["ModernEncoderLayer"](16, 4, 20, window=4, pairing="adjacent").eval()
     state = library.state_dict()
-    ours.load_state_dict({name: state[theirs] for name, theirs in modern._STATE.items()})
+    ours.load_state_dict({name: state[theirs] for name, theirs in modern_checks._STATE.items()})
     x, mask = torch.randn(2, 9, 16), runner.keep_first([9, 7], 9)
     torch.testing.assert_close(ours(x, mask), library(x, mask))
 
@@ -77,26 +77,28 @@ def test_the_given_inits_load_the_library_s_weights():
 def test_the_layer_written_out_by_the_catalogue_is_the_reference(train):
     """Every named mistake of exercise 5 is this formula with one thing changed: unchanged, it
     must give the reference's output, in eval and in training mode (deterministic dropout)."""
-    for case in modern._layer_cases(thorough=True):
+    for case in modern_checks._layer_cases(thorough=True):
         call = case.call
         (D, H), options = call.init
         if call.train != train:
             continue
-        ref = modern._reference_layer(
+        ref = modern_checks._reference_layer(
             D, H, options["d_ff"], options["window"], options["dropout"], options["pairing"],
             call.seed, call.dtype,
         )  # fmt: skip
         x, mask = call.args[0], call.kwargs["mask"]
 
         def written_out(ref=ref, x=x, mask=mask, window=options["window"]):
-            return modern._layer_formula(ref, x, mask, window, train, modern._Way())
+            return modern_checks._layer_formula(ref, x, mask, window, train, modern_checks._Way())
 
         right = _layers.catalogue(ref, train, {"": written_out})[""]
         assert runner.close(right, case.expected, *runner.tolerance(case, case.expected)), case.what
 
 
 def test_both_pairings_are_asked_for_in_the_visible_tests():
-    asked = {case.call.kwargs.get("pairing") for case in modern._rotary_cases(thorough=False)}
+    asked = {
+        case.call.kwargs.get("pairing") for case in modern_checks._rotary_cases(thorough=False)
+    }
     assert asked == {"halves", "adjacent"}
     halves_only = (
         'def apply_rotary(x, cos, sin, pairing="halves"):\n'

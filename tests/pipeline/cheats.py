@@ -580,8 +580,8 @@ TRAPS_OFF = {
         "import types",
     ),
     "grader_replayed": (
-        "from encoder_lib.grading import layer_norm as _cases\n",
-        "from encoder_lib.grading import layer_norm",
+        "from encoder_lib.grading import layer_norm_checks as _cases\n",
+        "from encoder_lib.grading import layer_norm_checks",
     ),
 }
 

@@ -120,7 +120,7 @@ def test_feedback_typesets_maths_offline_and_wraps_long_lines(feedback, browser,
 
 
 def test_nbgrader_own_feedback_page_fails_both(feedback, browser, artifacts):
-    """The control: without encoder_lib.autograde.feedback the checks above fail."""
+    """The control: without encoder_lib.autograde.feedback_page the checks above fail."""
     page, refused = _open_offline(browser, feedback["plain"])
     page.screenshot(path=str(artifacts / "feedback-nbgrader.png"), full_page=True)
     assert any("mathjax" in url.lower() for url in refused)

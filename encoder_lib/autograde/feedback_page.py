@@ -48,7 +48,7 @@ _MATH_AREAS = ".text_cell_render, .output_latex, .output_markdown"
 _SKIP = {"pre", "code", "script", "style", "math", "textarea"}
 
 WRAP_CSS = """
-/* encoder_lib.autograde.feedback: long output lines wrap inside the page */
+/* encoder_lib.autograde.feedback_page: long output lines wrap inside the page */
 div.output_area, div.output_subarea, div.output_text { min-width: 0; max-width: 100%; }
 div.output_subarea { overflow-x: visible; }
 div.output_area pre, div.output_subarea pre, div.output_text pre {
@@ -61,7 +61,7 @@ math[display="block"] { display: block; margin: 0.6em 0; overflow-x: auto; }
 """
 
 TABLE_CSS = """
-/* encoder_lib.autograde.feedback: markdown tables with space between their columns */
+/* encoder_lib.autograde.feedback_page: markdown tables with space between their columns */
 .text_cell_render table { border-collapse: collapse; margin: 0.6em 0; }
 .text_cell_render th, .text_cell_render td {
   padding: 0.25em 1em 0.25em 0;

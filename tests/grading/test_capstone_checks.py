@@ -18,14 +18,14 @@ from notebook_namespace import (
 )
 from variants import Variant
 
-from encoder_lib.grading import GradingError, capstone, runner, wire
+from encoder_lib.grading import GradingError, capstone_checks, runner, wire
 
 # test cell -> (answer cell, the name the answer defines, its check)
 CHECKS = {
-    "test_masked_mean": Check("masked_mean", "masked_mean", capstone.check_masked_mean),
-    "test_train_step": Check("train_step", "train_step", capstone.check_train_step),
+    "test_masked_mean": Check("masked_mean", "masked_mean", capstone_checks.check_masked_mean),
+    "test_train_step": Check("train_step", "train_step", capstone_checks.check_train_step),
     "test_sentiment_classifier": Check(
-        "sentiment_classifier", "SentimentClassifier", capstone.check_sentiment_classifier
+        "sentiment_classifier", "SentimentClassifier", capstone_checks.check_sentiment_classifier
     ),
 }
 POINTS = {"test_masked_mean": 2, "test_train_step": 3, "test_sentiment_classifier": 3}
@@ -53,7 +53,7 @@ def test_notebook_has_the_cells_and_points_the_checks_expect():
 
 def test_capstone_module_lists_its_checks():
     expect_exported(
-        capstone, {"check_masked_mean", "check_train_step", "check_sentiment_classifier"}
+        capstone_checks, {"check_masked_mean", "check_train_step", "check_sentiment_classifier"}
     )
 
 
@@ -64,11 +64,11 @@ def test_the_reference_classifier_is_the_notebook_s():
     torch.manual_seed(5)
     theirs = namespace["SentimentClassifier"](13, 2, 9, d_model=8, num_heads=2, d_ff=16).eval()
     torch.manual_seed(5)
-    ours = capstone._Classifier(13, 2, 9, d_model=8, num_heads=2, d_ff=16).eval()
+    ours = capstone_checks._Classifier(13, 2, 9, d_model=8, num_heads=2, d_ff=16).eval()
     assert [n for n, _ in theirs.named_parameters()] == [n for n, _ in ours.named_parameters()]
     pairs = zip(theirs.parameters(), ours.parameters(), strict=True)
     assert all(torch.equal(a, b) for a, b in pairs)
-    ids = capstone._token_ids([9, 4, 1], 9, 13, 2, seed=3)
+    ids = capstone_checks._token_ids([9, 4, 1], 9, 13, 2, seed=3)
     with torch.no_grad():
         assert torch.allclose(theirs(ids), ours(ids), atol=1e-6)
 
@@ -90,7 +90,7 @@ def test_release_keeps_the_given_init():
 
 def test_the_step_scenario_records_the_steps_and_their_order():
     namespace = NOTEBOOK.namespace()
-    case = next(iter(capstone._step_cases(False)))
+    case = next(iter(capstone_checks._step_cases(False)))
     obs = runner.local(namespace)(case.call)
     assert obs.failure is None
     steps = obs.info["steps"]
@@ -106,7 +106,7 @@ def test_the_step_scenario_records_the_steps_and_their_order():
 def test_the_step_calls_carry_no_expected_value():
     """What enters the kernel: sizes, the initial weights, the stale gradients, the learning rate
     and the batches; never a parameter after a step."""
-    for case in capstone._step_cases(thorough=True):
+    for case in capstone_checks._step_cases(thorough=True):
         sent = wire.decode_call(wire.encode_call(case.call))
         assert set(sent.options) == {"sizes", "state", "stale", "lr", "weight_decay", "batches"}
         assert case.call.scenario == "capstone.train_step"

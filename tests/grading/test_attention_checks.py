@@ -16,7 +16,7 @@ from notebook_namespace import Check, SolutionNotebook, expect_exported, stub, t
 import encoder_lib
 from encoder_lib import grading
 from encoder_lib.grading import ForbiddenCallError, GradingError, runner
-from encoder_lib.grading import attention as checks
+from encoder_lib.grading import attention_checks as checks
 
 # test cell grade_id -> (answer cell grade_id, name the answer defines, check)
 CHECKS = {
@@ -53,7 +53,9 @@ def test_notebook_has_the_expected_cells():
 
 
 def test_public_checks_are_exported():
-    expect_exported(grading.attention, {f"check_{answer}" for answer, _, _ in CHECKS.values()})
+    expect_exported(
+        grading.attention_checks, {f"check_{answer}" for answer, _, _ in CHECKS.values()}
+    )
 
 
 # --- the untouched release --------------------------------------------------------------------

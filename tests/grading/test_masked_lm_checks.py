@@ -20,15 +20,15 @@ from notebook_namespace import (
 )
 
 import encoder_lib
-from encoder_lib.grading import GradingError, masked_lm, runner
+from encoder_lib.grading import GradingError, masked_lm_checks, runner
 
 CHECKS = {
-    "test_mask_tokens": Check("mask_tokens", "mask_tokens", masked_lm.check_mask_tokens),
+    "test_mask_tokens": Check("mask_tokens", "mask_tokens", masked_lm_checks.check_mask_tokens),
     "test_masked_language_model": Check(
-        "masked_language_model", "MaskedLanguageModel", masked_lm.check_masked_language_model
+        "masked_language_model", "MaskedLanguageModel", masked_lm_checks.check_masked_language_model
     ),
-    "test_mlm_loss": Check("mlm_loss", "mlm_loss", masked_lm.check_mlm_loss),
-    "test_fill_mask": Check("fill_mask", "fill_mask", masked_lm.check_fill_mask),
+    "test_mlm_loss": Check("mlm_loss", "mlm_loss", masked_lm_checks.check_mlm_loss),
+    "test_fill_mask": Check("fill_mask", "fill_mask", masked_lm_checks.check_fill_mask),
 }
 POINTS = {"test_mask_tokens": 3, "test_masked_language_model": 3, "test_mlm_loss": 2}
 POINTS["test_fill_mask"] = 2
@@ -42,7 +42,7 @@ def test_notebook_has_the_cells_and_points_the_checks_expect():
 
 def test_module_lists_its_checks():
     expect_exported(
-        masked_lm,
+        masked_lm_checks,
         {"check_mask_tokens", "check_masked_language_model", "check_mlm_loss", "check_fill_mask"},
     )
 
@@ -77,7 +77,7 @@ def test_a_correct_corruption_is_never_rejected_by_chance(first_seed):
     larger offline run)."""
     ask = runner.local({"mask_tokens": _correct_mask_tokens()})
     for seed in range(first_seed, first_seed + 40):
-        for case in masked_lm._mask_cases(thorough=True):
+        for case in masked_lm_checks._mask_cases(thorough=True):
             runs = ((seed, 1), (seed, 2), (seed + 1, 1))
             call = dataclasses.replace(case.call, options={"runs": runs})
             case.judge(ask(call), ask)  # raises GradingError if it rejects
@@ -165,7 +165,7 @@ def test_checks_leave_the_global_random_state_alone():
 def test_variants_cover_every_named_mistake_of_the_loss():
     """Each description of the loss's catalogue is the message of some buggy variant."""
     logits, labels = torch.randn(2, 3, 5, dtype=torch.float64), torch.tensor([[1, -100, 2]] * 2)
-    catalogue = masked_lm._loss_variants(logits, labels)
+    catalogue = masked_lm_checks._loss_variants(logits, labels)
     said = [v.says for v in NOTEBOOK.buggy if v.cell == "mlm_loss"]
     missing = [d for d in catalogue if not any(s.lower() in d.lower() for s in said)]
     assert missing == [], missing

@@ -21,7 +21,7 @@ from torch import nn
 import encoder_lib
 from encoder_lib import grading
 from encoder_lib.grading import ForbiddenCallError, GradingError, runner
-from encoder_lib.grading import multi_head as checks
+from encoder_lib.grading import multi_head_checks as checks
 
 # test cell grade_id -> (answer cell grade_id, the name the answer defines, its check)
 CHECKS = {
@@ -69,7 +69,7 @@ def test_notebook_has_the_cells_the_variants_replace():
 
 def test_public_names_are_exported():
     names = {"check_split_heads", "check_merge_heads", "check_multi_head_attention"}
-    expect_exported(grading.multi_head, names | {"load_reference_weights"})
+    expect_exported(grading.multi_head_checks, names | {"load_reference_weights"})
 
 
 # --- the reference solution ----------------------------------------------------------------------

@@ -46,7 +46,8 @@ def test_notebook_has_the_cells_the_variants_replace():
 
 def test_public_checks_are_exported():
     expect_exported(
-        grading.layer_norm, {"check_layer_norm", "check_layer_norm_module", "check_residual_block"}
+        grading.layer_norm_checks,
+        {"check_layer_norm", "check_layer_norm_module", "check_residual_block"},
     )
 
 

@@ -22,7 +22,14 @@ from variants import Variant
 
 import encoder_lib
 from encoder_lib import grading
-from encoder_lib.grading import ForbiddenCallError, GradingError, encoder, observe, runner, wire
+from encoder_lib.grading import (
+    ForbiddenCallError,
+    GradingError,
+    encoder_checks,
+    observe,
+    runner,
+    wire,
+)
 
 # test cell grade_id -> (answer cell grade_id, the name the answer defines, its check)
 CHECKS = {
@@ -58,7 +65,7 @@ def test_notebook_has_the_cells_the_checks_and_variants_use():
 
 
 def test_public_checks_are_exported():
-    expect_exported(grading.encoder, {check.__name__ for _, _, check in CHECKS.values()})
+    expect_exported(grading.encoder_checks, {check.__name__ for _, _, check in CHECKS.values()})
 
 
 def test_reference_solution_passes_silently_and_leaves_the_random_state(capsys):
@@ -114,9 +121,9 @@ def test_where_dropout_sits_is_checked_in_training_mode():
         "encoder_functional_dropout_in_eval",
     } <= names
     assert {"layer_functional_dropout", "encoder_functional_dropout"} <= {v.name for v in CORRECT}
-    trained = [case for case in encoder._layer_cases(False) if case.call.train]
+    trained = [case for case in encoder_checks._layer_cases(False) if case.call.train]
     assert {case.call.init[1]["norm_first"] for case in trained} == {False, True}
-    assert any(case.call.train for case in encoder._encoder_cases(False))
+    assert any(case.call.train for case in encoder_checks._encoder_cases(False))
 
 
 def test_attention_dropout_is_deterministic_on_both_paths_of_the_given_attention():
@@ -180,7 +187,7 @@ def test_the_encoder_is_judged_the_same_through_the_wire(variant: Variant):
 
 def test_the_encoder_calls_carry_no_expected_value():
     """What enters the kernel is the inputs, the embedding weights and the layers' weights."""
-    for case in encoder._encoder_cases(thorough=True):
+    for case in encoder_checks._encoder_cases(thorough=True):
         sent = wire.decode_call(wire.encode_call(case.call))
         assert set(sent.options) == {"embedding", "layers", "shape"}
         tensors = [sent.args[0], sent.options["embedding"]]
@@ -190,7 +197,7 @@ def test_the_encoder_calls_carry_no_expected_value():
 
 def test_the_scenario_records_what_each_layer_receives():
     namespace = NOTEBOOK.namespace()
-    case = next(iter(encoder._encoder_cases(False)))
+    case = next(iter(encoder_checks._encoder_cases(False)))
     obs = runner.local(namespace)(case.call)
     assert obs.failure is None
     log = obs.info["log"]

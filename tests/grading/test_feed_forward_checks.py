@@ -61,7 +61,7 @@ def test_exercises_are_registered_under_the_test_cells():
 
 def test_checks_are_exported_by_grading():
     expect_exported(
-        grading.feed_forward, {"check_feed_forward", "check_count_parameters", "check_gelu"}
+        grading.feed_forward_checks, {"check_feed_forward", "check_count_parameters", "check_gelu"}
     )
 
 
@@ -211,7 +211,7 @@ def test_hand_drawn_mask_too_sparse_is_measured():
 def test_hand_drawn_mask_before_gelu_is_named():
     """The read-back probe itself (the ReLU case, where the order does not matter, would stop
     the check first with the mask-of-its-own message)."""
-    from encoder_lib.grading import feed_forward as ff
+    from encoder_lib.grading import feed_forward_checks as ff
 
     before = with_forward(
         "        z = self.linear1(x)\n"
@@ -229,7 +229,7 @@ def test_hand_drawn_mask_before_gelu_is_named():
 def test_every_dropout_mistake_differs_from_the_reference(p):
     """No entry of the train-mode catalogue coincides with the right output (where it could, as
     for dropout before ReLU, the answer is right and the reference comes first)."""
-    from encoder_lib.grading import feed_forward as ff
+    from encoder_lib.grading import feed_forward_checks as ff
 
     weights = ff._weights(8, 12, seed=1)
     x = runner.randn(3, 4, 8, seed=2)
