@@ -43,14 +43,15 @@ from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "tests")]
+sys.path[:0] = [str(ROOT)]
 os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
 
 from nbgrader.api import Gradebook  # noqa: E402
-from pipeline import course as C  # noqa: E402
 
 from encoder_lib.autograde import distributed as D  # noqa: E402
 from encoder_lib.autograde import tasks as T  # noqa: E402
+from tools import throwaway_course as C  # noqa: E402
+from tools.build_course import assignments as course_assignments  # noqa: E402
 
 QUICK = ("01_self_attention", "04_feed_forward")
 
@@ -244,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--assignments", nargs="*", help="default: every notebook in solutions/")
     parser.add_argument("--keep", type=Path, help="build the courses here and keep them")
     args = parser.parse_args(argv)
-    present = [a for a in C.expected_assignments() if C.source_notebook(a) is not None]
+    present = course_assignments()
     if args.quick:
         args.students, args.workers, args.repeats = 3, [2], 2
         args.assignments = args.assignments or [a for a in QUICK if a in present]
