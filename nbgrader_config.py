@@ -47,6 +47,12 @@ c.Autograde.sanitize_preprocessors = [
     "encoder_lib.autograde.judge.DisableCodeAboveSetup",
     "nbgrader.preprocessors.CheckCellMetadata",
 ]
+# Its kernels are warm (encoder_lib.autograde.warm_kernels): each is forked from a process that
+# has already imported torch, encoder_lib and the rest of the setup cell's imports, instead of
+# starting Python and importing them again for every student; each is still a fresh process.
+# --JudgeExecute.kernels=cold on the command line (after `--` for python -m encoder_lib.autograde)
+# starts every kernel cold.
+c.JudgeExecute.kernels = "warm"
 c.Autograde.autograde_preprocessors = [
     "encoder_lib.autograde.judge.JudgeExecute",
     "nbgrader.preprocessors.IgnorePattern",

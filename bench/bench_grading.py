@@ -18,8 +18,12 @@ student submits the reference answers, then prints, side by side and from the sa
    mean time of a task on its worker and of merging its result here;
 4. the scheduler's overhead per task (no-op tasks through the same cluster, one at a time and
    all at once);
-5. projections: 100 students x 6 notebooks on this machine, and 10,000 students x 6 notebooks on
-   50 workers (how: see the README, "How long it takes").
+5. projections: 100 students x N notebooks on this machine, and 10,000 students x N notebooks on
+   50 workers, N being the course's notebooks (how: see the README, "How long it takes").
+
+Steps 2, 3 and 5 run twice, with warm kernels (forked from a process that has imported torch:
+``encoder_lib.autograde.warm_kernels``, what nbgrader_config.py selects) and with cold ones
+(jupyter_client's own kernel manager), unless ``--kernels`` names one.
 
 Every graded notebook must score full marks, or the run fails. Timings on a shared machine vary:
 the load average is printed beside them.
@@ -167,12 +171,20 @@ class CellClock:
             setattr(cls, name, original)
 
 
-def profile(course: C.Course, assignments: list[str]) -> dict[str, dict[str, float]]:
+KERNELS = {
+    "warm": (),  # nbgrader_config.py's own choice
+    "cold": ("--JudgeExecute.kernels=cold",),
+}
+
+
+def profile(
+    course: C.Course, assignments: list[str], overrides: tuple[str, ...] = ()
+) -> dict[str, dict[str, float]]:
     """Seconds of each step for one submission (s000) of each assignment, graded in-process."""
     dc = D.Course.open(course.root)
     out = {}
     with Gradebook(dc.db_url, dc.course_id) as gb:
-        specs = {a: dc.spec(gb, a, ()) for a in assignments}
+        specs = {a: dc.spec(gb, a, overrides) for a in assignments}
     T.grade_submission(  # once before the clock: imports and the worker's caches
         specs[assignments[0]],
         T.Submission("s001", assignments[0], dc.files("submitted", "s001", assignments[0])),
@@ -196,14 +208,16 @@ def profile(course: C.Course, assignments: list[str]) -> dict[str, dict[str, flo
 # --- 3. and 4. the class on Dask, the scheduler's overhead --------------------------------------
 
 
-def grade_class(course: C.Course, workers: int) -> dict[str, float]:
+def grade_class(
+    course: C.Course, workers: int, overrides: tuple[str, ...] = ()
+) -> dict[str, float]:
     dc = D.Course.open(course.root)
     start = time.perf_counter()
     with D.open_client(None, workers) as client:
         client.wait_for_workers(workers)
         client.run(T.warm_up)
         started = time.perf_counter() - start
-        summary = D.grade(dc, ["*"], client, progress=False)
+        summary = D.grade(dc, ["*"], client, progress=False, overrides=overrides)
         overhead = scheduler_overhead(client) if workers > 1 else {}
     if summary.flagged or summary.failed:
         print(f"{course.root}: " + "\n".join(summary.lines()))
@@ -244,6 +258,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3, help="floor runs, before and after")
     parser.add_argument("--assignments", nargs="*", help="default: every notebook in solutions/")
     parser.add_argument("--keep", type=Path, help="build the courses here and keep them")
+    parser.add_argument(
+        "--kernels", nargs="+", choices=list(KERNELS), default=list(KERNELS), help="warm, cold"
+    )
     args = parser.parse_args(argv)
     present = course_assignments()
     if args.quick:
@@ -262,27 +279,28 @@ def main(argv: list[str] | None = None) -> int:
         seconds = time.perf_counter() - t
         print(f"class of {args.students} x {len(assignments)} built in {seconds:.0f} s")
         floors = [floor_once() for _ in range(args.repeats)]
-        steps = profile(base, assignments)
-        print(f"profiled one notebook of each assignment; {load()}")
-        runs = {}
-        for k in args.workers:
-            course = C.Course(work / f"k{k}")
-            shutil.copytree(base.root, course.root)
-            runs[k] = grade_class(course, k)
-            problems += full_marks_problems(course, assignments, args.students)
-            print(f"graded the class with K = {k}; {load()}")
+        steps, runs = {}, {}
+        for kind in args.kernels:
+            steps[kind] = profile(base, assignments, KERNELS[kind])
+            print(f"profiled one notebook of each assignment, {kind} kernels; {load()}")
+            for k in args.workers:
+                course = C.Course(work / f"{kind}-k{k}")
+                shutil.copytree(base.root, course.root)
+                runs[kind, k] = grade_class(course, k, KERNELS[kind])
+                problems += full_marks_problems(course, assignments, args.students)
+                print(f"graded the class with K = {k}, {kind} kernels; {load()}")
         floors += [floor_once() for _ in range(args.repeats)]
     finally:
         if not args.keep and not problems:
             shutil.rmtree(work, ignore_errors=True)
-    report(floors, steps, runs, args.students, assignments)
+    report(floors, steps, runs, args.students, assignments, len(present))
     if problems:  # the timings stand, but something graded wrongly: the courses are kept
         print("\nNOT full marks (courses kept for a look):\n  " + "\n  ".join(problems))
         return 1
     return 0
 
 
-def report(floors, steps, runs, students: int, assignments: list[str]) -> None:
+def report(floors, steps, runs, students: int, assignments: list[str], course_size: int) -> None:
     floor = statistics.median(floors)
     half = len(floors) // 2
     print(
@@ -290,28 +308,32 @@ def report(floors, steps, runs, students: int, assignments: list[str]) -> None:
         f"(before grading: {', '.join(f'{x:.2f}' for x in floors[:half])}; "
         f"after: {', '.join(f'{x:.2f}' for x in floors[half:])}); {load()}\n"
     )
-    names = [n for n in next(iter(steps.values())) if n != "total"]
-    width = max(len(a) for a in steps)
+    columns = [(kind, a) for kind in steps for a in steps[kind]]
+    names = [n for n in next(iter(next(iter(steps.values())).values())) if n != "total"]
+    width = max(len(f"{a[:14]} {kind}") for kind, a in columns)
     print("where one notebook's time goes (s), graded in this process by the workers' task:")
-    print(f"| {'step':<22} | " + " | ".join(f"{a[:width]:>{width}}" for a in steps) + " |")
-    print(f"|{'-' * 24}|" + "|".join("-" * (width + 2) for _ in steps) + "|")
+    heads = " | ".join(f"{f'{a[:14]} {kind}':>{width}}" for kind, a in columns)
+    print(f"| {'step':<22} | {heads} |")
+    print(f"|{'-' * 24}|" + "|".join("-" * (width + 2) for _ in columns) + "|")
     for name in [*names, "total"]:
-        cells = " | ".join(f"{s.get(name, 0.0):>{width}.2f}" for s in steps.values())
+        cells = " | ".join(f"{steps[kind][a].get(name, 0.0):>{width}.2f}" for kind, a in columns)
         print(f"| {name:<22} | {cells} |")
-    mean = statistics.mean(s["total"] for s in steps.values())
-    print(f"mean total {mean:.2f} s = {mean / floor:.2f} x floor")
+    for kind in steps:
+        mean = statistics.mean(s["total"] for s in steps[kind].values())
+        print(f"mean total {mean:.2f} s = {mean / floor:.2f} x floor ({kind} kernels)")
 
     n = students * len(assignments)
     print(f"\nthe class ({students} students x {len(assignments)} notebooks = {n}) on local Dask:")
     print(
-        f"| {'workers':>7} | {'start s':>7} | {'wall s':>7} | {'s / notebook':>12} "
-        f"| {'x floor':>7} | {'task s':>6} | {'merge ms':>8} |"
+        f"| {'kernels':>7} | {'workers':>7} | {'start s':>7} | {'wall s':>7} "
+        f"| {'s / notebook':>12} | {'x floor':>7} | {'task s':>6} | {'merge ms':>8} |"
     )
-    print(f"|{'-' * 9}|{'-' * 9}|{'-' * 9}|{'-' * 14}|{'-' * 9}|{'-' * 8}|{'-' * 10}|")
-    for k, r in runs.items():
+    print(f"|{'-' * 9}|{'-' * 9}|{'-' * 9}|{'-' * 9}|{'-' * 14}|{'-' * 9}|{'-' * 8}|{'-' * 10}|")
+    for (kind, k), r in runs.items():
         print(
-            f"| {k:>7} | {r['start']:7.1f} | {r['wall']:7.1f} | {r['per notebook']:12.2f} "
-            f"| {r['per notebook'] / floor:7.2f} | {r['task']:6.2f} | {r['merge'] * 1000:8.0f} |"
+            f"| {kind:>7} | {k:>7} | {r['start']:7.1f} | {r['wall']:7.1f} "
+            f"| {r['per notebook']:12.2f} | {r['per notebook'] / floor:7.2f} | {r['task']:6.2f} "
+            f"| {r['merge'] * 1000:8.0f} |"
         )
     overhead = next((r for r in runs.values() if "round trip" in r), None)
     if overhead:
@@ -321,23 +343,28 @@ def report(floors, steps, runs, students: int, assignments: list[str]) -> None:
         )
 
     print("\nprojections:")
-    for k, r in runs.items():
-        minutes = r["per notebook"] * 100 * 6 / 60
+    N = course_size
+    for (kind, k), r in runs.items():
+        minutes = r["per notebook"] * 100 * N / 60
         verdict = "within" if minutes <= 15 else "over"
-        print(f"  100 students x 6 notebooks, K = {k} here: {minutes:5.1f} min ({verdict} 15 min)")
-    one = runs.get(1) or next(iter(runs.values()))
-    tasks, workers = 10_000 * 6, 50
-    compute = tasks * one["task"] / workers
-    merging = tasks * one["merge"]
-    sched = tasks * (overhead["pipelined"] if overhead else 0.0)
-    total = max(compute, merging, sched)
-    print(
-        f"  10,000 students x 6 notebooks on {workers} workers: {total / 3600:.1f} h "
-        f"= max(tasks x {one['task']:.2f} s / {workers} workers = {compute / 3600:.2f} h, "
-        f"merging {tasks} results x {one['merge'] * 1000:.0f} ms = {merging / 3600:.2f} h, "
-        f"scheduler {tasks} x {(overhead or {}).get('pipelined', 0) * 1000:.2f} ms "
-        f"= {sched / 3600:.2f} h)"
-    )
+        print(
+            f"  100 students x {N} notebooks, K = {k} here: {minutes:5.1f} min ({verdict} 15 min), "
+            f"{kind} kernels"
+        )
+    for kind in steps:
+        one = runs.get((kind, 1)) or next(r for (kd, _), r in runs.items() if kd == kind)
+        tasks, workers = 10_000 * N, 50
+        compute = tasks * one["task"] / workers
+        merging = tasks * one["merge"]
+        sched = tasks * (overhead["pipelined"] if overhead else 0.0)
+        total = max(compute, merging, sched)
+        print(
+            f"  10,000 students x {N} notebooks on {workers} workers, {kind} kernels: "
+            f"{total / 3600:.1f} h = max(tasks x {one['task']:.2f} s / {workers} workers "
+            f"= {compute / 3600:.2f} h, merging {tasks} results x {one['merge'] * 1000:.0f} ms "
+            f"= {merging / 3600:.2f} h, scheduler {tasks} x "
+            f"{(overhead or {}).get('pipelined', 0) * 1000:.2f} ms = {sched / 3600:.2f} h)"
+        )
 
 
 if __name__ == "__main__":

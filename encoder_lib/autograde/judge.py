@@ -49,6 +49,7 @@ from jupyter_core.utils import ensure_async, run_sync
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbgrader.preprocessors import Execute, NbGraderPreprocessor
 from nbgrader.utils import determine_grade, is_grade, is_solution
+from traitlets import Enum
 
 from encoder_lib.autograde import authorship, records
 from encoder_lib.grading import runner, wire
@@ -111,7 +112,25 @@ class JudgeExecute(Execute):
     keeps the kernel busy, and nbclient then raises ``CellTimeoutError``, which would end the
     autograde of the whole submission (nbgrader exits 1). Here the kernel is restarted instead,
     the cells it had run are run again in a fresh kernel (``_recover``), and the cell or exercise
-    that hung scores 0 with "ran past the time limit"."""
+    that hung scores 0 with "ran past the time limit".
+
+    Its kernels are warm by default (``kernels``; see ``warm_kernels``)."""
+
+    kernels = Enum(
+        ["warm", "cold"],
+        default_value="warm",
+        help="warm: fork each kernel from a process that has imported torch and the setup "
+        "cell's other imports (encoder_lib.autograde.warm_kernels); cold: start Python for each "
+        "(jupyter_client's own kernel manager). nbgrader's Execute fixes its kernel manager "
+        "class in its constructor, so this is how the choice is made.",
+    ).tag(config=True)
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.kernels == "warm":
+            from encoder_lib.autograde.warm_kernels import WarmKernelManager
+
+            self.kernel_manager_class = WarmKernelManager
 
     def preprocess(self, nb, resources=None, km=None):
         self._ran: list[int] = []

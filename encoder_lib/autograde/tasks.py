@@ -195,8 +195,10 @@ def warm_up() -> str:
 class _Watchdog(threading.Thread):
     """Caps the memory of this task's kernels and kills them past the deadline.
 
-    A kernel is a child process of this one whose working folder is inside the task's folder
-    (nbgrader runs each notebook's kernel in the notebook's folder)."""
+    A kernel is a process descending from this one whose working folder is inside the task's
+    folder (nbgrader runs each notebook's kernel in the notebook's folder): a child, or a
+    grandchild forked by the warm kernel source (``warm_kernels``; its own folder is elsewhere).
+    """
 
     def __init__(self, root: Path, limits: Limits, poll: float = 0.05):
         super().__init__(daemon=True)
@@ -214,7 +216,7 @@ class _Watchdog(threading.Thread):
         me = psutil.Process()
         cap = self.limits.memory_mb * 2**20
         while not self._stop_event.wait(self.poll):
-            for child in me.children():
+            for child in me.children(recursive=True):
                 if child.pid in self.kernels:
                     continue
                 try:
