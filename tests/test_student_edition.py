@@ -34,6 +34,9 @@ def test_it_holds_what_students_need(edition):
     assert (edition / "binder/jupyter/labconfig/page_config.json").is_file()
     assert (edition / "encoder_lib/grading/__init__.py").is_file()
     assert not (edition / "encoder_lib/autograde").exists()
+    # nor anything that names it: the warm kernels' entry point stays in the instructor's copy
+    assert "autograde" not in (edition / "pyproject.toml").read_text()
+    assert "encoder_lib.autograde" in (se.ROOT / "pyproject.toml").read_text()
 
 
 def test_nothing_from_solutions_leaks(edition):

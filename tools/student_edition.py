@@ -331,7 +331,7 @@ def build(out: Path, repo: str = PLACEHOLDER_REPO, branch: str = PLACEHOLDER_BRA
         ignore=lambda d, names: _ignore(d, names) | ({"autograde"} & set(names)),
     )
     shutil.copytree(ROOT / "binder", out / "binder", ignore=_ignore)
-    shutil.copy2(ROOT / "pyproject.toml", out)
+    (out / "pyproject.toml").write_text(student_pyproject())
     (out / "requirements.txt").write_text(student_requirements())
     (out / "README.md").write_text(student_readme(repo, branch))
     first = released()[0]
@@ -345,6 +345,13 @@ def build(out: Path, repo: str = PLACEHOLDER_REPO, branch: str = PLACEHOLDER_BRA
     if problems:
         sys.exit("the student edition would give answers away:\n" + "\n".join(problems))
     return out
+
+
+def student_pyproject() -> str:
+    """pyproject.toml without the entry points of ``encoder_lib.autograde``, which the edition
+    does not ship (a tool that looked them up would find a module that is not there)."""
+    text = (ROOT / "pyproject.toml").read_text()
+    return re.sub(r"(?m)^(#[^\n]*\n)*\[project\.entry-points\.[^\n]*\n([^\n\[]+\n)*\n?", "", text)
 
 
 # --- leaks ---------------------------------------------------------------------------------------
