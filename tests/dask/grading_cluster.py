@@ -66,7 +66,9 @@ class Cluster:
         self.wait_for_workers(len(WORKERS))
 
     def kernels_of(self, name: str) -> list[psutil.Process]:
-        """The Jupyter kernels running under a worker (its grading in progress)."""
+        """The Jupyter kernels running under a worker (its grading in progress): cold ones run
+        ipykernel; warm ones are children of the worker's warm kernel source, whose command line
+        they keep (they are forked, not started: encoder_lib/autograde/warm_kernels.py)."""
         try:
             tree = psutil.Process(self.workers[name].pid).children(recursive=True)
         except psutil.NoSuchProcess:
@@ -74,7 +76,7 @@ class Cluster:
         out = []
         for p in tree:
             try:
-                if "ipykernel" in " ".join(p.cmdline()):
+                if "ipykernel" in " ".join(p.cmdline()) or _is_warm_kernel(p):
                     out.append(p)
             except psutil.Error:
                 continue
@@ -201,3 +203,14 @@ def stray_kernels() -> list[str]:
         except psutil.Error:
             continue
     return out
+
+
+def _is_warm_kernel(p: psutil.Process) -> bool:
+    """A child of a warm kernel source (the source itself is the worker's child)."""
+    source = "encoder_lib.autograde.warm_kernels"
+    parent = p.parent()
+    return (
+        source in " ".join(p.cmdline())
+        and parent is not None
+        and source in " ".join(parent.cmdline())
+    )
