@@ -79,14 +79,19 @@ def main() -> None:
         if "import jax" not in path.read_text():
             _row(name, [run_once(path) for _ in range(args.repeat)], target)
             continue
+        previous = os.environ.get(JAX_CACHE_VARIABLE)
         with tempfile.TemporaryDirectory() as scratch:
-            empty = []
-            for k in range(args.repeat):  # a fresh folder each time
-                os.environ[JAX_CACHE_VARIABLE] = os.path.join(scratch, str(k))
-                empty.append(run_once(path))
-            _row(f"{name} (JAX cache empty)", empty, target)
-            _row(f"{name} (filled)", [run_once(path) for _ in range(args.repeat)], target)
-            del os.environ[JAX_CACHE_VARIABLE]
+            try:
+                empty = []
+                for k in range(args.repeat):  # a fresh folder each time
+                    os.environ[JAX_CACHE_VARIABLE] = os.path.join(scratch, str(k))
+                    empty.append(run_once(path))
+                _row(f"{name} (JAX cache empty)", empty, target)
+                _row(f"{name} (filled)", [run_once(path) for _ in range(args.repeat)], target)
+            finally:
+                os.environ.pop(JAX_CACHE_VARIABLE, None)
+                if previous is not None:
+                    os.environ[JAX_CACHE_VARIABLE] = previous
     print(f"(medians of {args.repeat} runs; peak = largest of the runs)")
     print(f"load average {os.getloadavg()[0]:.2f} at the end")
 

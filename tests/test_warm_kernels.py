@@ -17,6 +17,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 from jupyter_client.manager import AsyncKernelManager
 
@@ -254,10 +255,10 @@ def test_the_source_ends_with_the_process_that_started_it():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180)
     pid = int(proc.stdout.split()[0])
     for _ in range(100):
-        if not W._pid_alive(pid):
+        if not psutil.pid_exists(pid):
             break
         time.sleep(0.05)
-    assert not W._pid_alive(pid), "the warm source outlived the process that started it"
+    assert not psutil.pid_exists(pid), "the warm source outlived the process that started it"
 
 
 def test_the_course_grades_with_the_kernels_its_config_names():

@@ -53,6 +53,10 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import psutil
+from jupyter_client.manager import AsyncKernelManager
+from jupyter_client.provisioning.local_provisioner import LocalProvisioner
+
 __all__ = ["PRELOAD", "WarmKernelManager", "WarmProvisioner", "serve"]
 
 PRELOAD = (
@@ -294,7 +298,7 @@ class _ForkedKernel:
 
     def poll(self) -> int | None:
         open_ = self.returncode is not None or self.receive()
-        if self.returncode is None and not open_ and not _pid_alive(self.pid):
+        if self.returncode is None and not open_ and not psutil.pid_exists(self.pid):
             self.returncode = -signal.SIGKILL  # the source died before telling
         return self.returncode
 
@@ -317,16 +321,6 @@ class _ForkedKernel:
         self.send_signal(signal.SIGTERM)
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _warm_argv(cmd: list[str]) -> list[str] | None:
     """The kernel's own arguments when ``cmd`` is this interpreter running ipykernel_launcher."""
     if len(cmd) < 3 or cmd[1:3] != ["-m", _LAUNCHER]:
@@ -336,16 +330,10 @@ def _warm_argv(cmd: list[str]) -> list[str] | None:
     return cmd[3:]
 
 
-def _provisioner_base():
-    from jupyter_client.provisioning.local_provisioner import LocalProvisioner
-
-    return LocalProvisioner
-
-
-class WarmProvisioner(_provisioner_base()):  # type: ignore[misc]
+class WarmProvisioner(LocalProvisioner):
     """Jupyter's ``LocalProvisioner``, except that a python kernel is forked from the warm
-    source instead of started cold. Select it with the kernel provisioner factory's default
-    (``JUPYTER_DEFAULT_PROVISIONER_NAME=encoder-lab-warm``, as ``nbgrader_config.py`` does)."""
+    source instead of started cold. Other tools select it by its entry point (for example
+    ``JUPYTER_DEFAULT_PROVISIONER_NAME=encoder-lab-warm``); grading uses ``WarmKernelManager``."""
 
     warm: bool = False
     """Whether this kernel came from the warm source (False: launched cold)."""
@@ -369,16 +357,10 @@ class WarmProvisioner(_provisioner_base()):  # type: ignore[misc]
         return await super().launch_kernel(cmd, **kwargs)
 
 
-def _kernel_manager_base():
-    from jupyter_client.manager import AsyncKernelManager
-
-    return AsyncKernelManager
-
-
-class WarmKernelManager(_kernel_manager_base()):  # type: ignore[misc]
+class WarmKernelManager(AsyncKernelManager):
     """nbclient's kernel manager with ``WarmProvisioner`` chosen directly (not through the
-    entry point, which a stale ``*.egg-info`` folder in the working directory can hide): the
-    course's ``nbgrader_config.py`` sets ``c.Execute.kernel_manager_class`` to it."""
+    entry point, which a stale ``*.egg-info`` folder in the working directory can hide):
+    ``JudgeExecute`` uses it when its ``kernels`` setting is ``"warm"``."""
 
     async def _async_pre_start_kernel(self, **kw: Any):
         self.kernel_id = self.kernel_id or kw.pop("kernel_id", str(uuid.uuid4()))
