@@ -308,7 +308,7 @@ def grade(
         specs = {}
         for a in sorted({a for _, a in todo}):
             try:
-                specs[a] = client.scatter(course.spec(gb, a, overrides), broadcast=True, hash=False)
+                specs[a] = _share(client, course.spec(gb, a, overrides))
             except MissingEntry:
                 why = f"{a} is not in the gradebook (run nbgrader generate_assignment {a})"
                 summary.failed.update({(s, b): why for s, b in todo if b == a})
@@ -331,31 +331,36 @@ def grade(
         bar = _progress(len(queue), progress)
         grading_start = time.perf_counter()
         pending = as_completed()
-        window, sized = 8, 0.0
+        window, sized, batch = 8, 0.0, []
         try:
             while queue or pending.count():
                 if time.monotonic() - sized > 5:  # workers may come and go (dask-jobqueue)
                     window, sized = max(8, 4 * sum(client.nthreads().values())), time.monotonic()
                 while queue and pending.count() < window:
                     pending.add(submit(*queue.popleft()))
-                future = next(pending)
-                s, a = keys.pop(future.key)
+                # Every task finished by now, at least one: merged in one gradebook transaction.
+                batch = [(f, *keys.pop(f.key)) for f in pending.next_batch(block=True)]
                 t = time.perf_counter()
-                _record(course, gb, future, s, a, summary, all_logs)
-                summary.merge_seconds.append(time.perf_counter() - t)
-                future.release()
-                bar.update(1)
+                _record(course, gb, batch, summary, all_logs)
+                summary.merge_seconds += [(time.perf_counter() - t) / len(batch)] * len(batch)
+                for future, s, a in batch:
+                    future.release()
+                    if (s, a) in summary.flagged or (s, a) in summary.failed:
+                        reasons = summary.flagged.get((s, a)) or [summary.failed.get((s, a))]
+                        bar.write(f"{s}/{a}: " + "; ".join(map(str, reasons)), file=sys.stderr)
+                bar.update(len(batch))
+                batch = []
                 bar.set_postfix(
                     graded=len(summary.graded),
                     flagged=len(summary.flagged),
                     failed=len(summary.failed),
                     refresh=False,
                 )
-                if (s, a) in summary.flagged or (s, a) in summary.failed:
-                    reasons = summary.flagged.get((s, a)) or [summary.failed.get((s, a))]
-                    bar.write(f"{s}/{a}: " + "; ".join(map(str, reasons)), file=sys.stderr)
         except KeyboardInterrupt:
-            summary.left = len(queue) + pending.count()
+            done = {*summary.graded, *summary.flagged, *summary.failed}
+            summary.left = (
+                len(queue) + pending.count() + sum((s, a) not in done for _, s, a in batch)
+            )
             client.cancel(list(pending.futures))
             say("interrupted: what was merged is kept; run the same command again to go on")
         finally:
@@ -365,37 +370,94 @@ def grade(
     return summary
 
 
-def _record(
-    course: Course, gb, future, s: str, a: str, summary: Summary, all_logs: bool = False
-) -> None:
-    """Merge one finished task into the gradebook and the course folder, and note it."""
+def _share(client, spec: G.AssignmentSpec):
+    """The spec as a task every grading task depends on: the workers fetch it once each.
+
+    Not ``client.scatter``: scattered data has no recipe, so when the only worker holding it dies
+    it is lost, and every task that needs it is cancelled ("already forgotten"). Broadcasting does
+    not prevent that: Dask's active memory manager drops the replicas that no waiting task on a
+    worker needs, so one copy may be all that is left. A task's result is computed again
+    elsewhere, from the spec the scheduler keeps in the task."""
+    return client.submit(_same, spec, key=f"spec-{spec.name}-{spec.digest}")
+
+
+def _same(spec: G.AssignmentSpec) -> G.AssignmentSpec:
+    return spec
+
+
+def _record(course: Course, gb, batch, summary: Summary, all_logs: bool = False) -> None:
+    """Merge finished tasks, ``(future, student, assignment)``, into the gradebook (one
+    transaction for all of them) and then the course folder, and note them.
+
+    The folders are written after the commit: a submission whose ``autograded/`` folder exists
+    counts as graded, so it must never exist for grades the gradebook does not hold (an
+    interruption between the two only means grading that submission again next run)."""
     from distributed import KilledWorker
 
-    entry = {"time": datetime.now(UTC).isoformat(), "student": s, "assignment": a}
-    try:
-        result: T.TaskResult = future.result()
-    except KilledWorker as e:
-        # The scheduler gave up after the task's workers died several times (for example, the
-        # student's code killed its parent process): flag the submission, as nbgrader would.
-        reason = f"its grading killed {e.args[-1] if e.args else 'several'} workers"
-        result = T.TaskResult(s, a, "", True, [reason], None, None)
-    except Exception as e:  # not the submission's fault: leave it ungraded, report it
-        summary.failed[s, a] = f"{type(e).__name__}: {e}"
-        course.append_ledger({**entry, "status": "failed", "error": summary.failed[s, a]})
-        return
-    try:
-        G.merge(gb, a, s, result.timestamp, result.notebooks, flagged=result.flagged)
-        if result.notebooks is not None:
-            course.write_folder("autograded", s, a, result.autograded)
-            if result.feedback:
-                course.write_folder("feedback", s, a, result.feedback)
-        else:
+    results = []
+    for future, s, a in batch:
+        entry = {"time": datetime.now(UTC).isoformat(), "student": s, "assignment": a}
+        try:
+            results.append((entry, future.result()))
+        except KilledWorker as e:
+            # The scheduler gave up after the task's workers died several times (for example,
+            # the student's code killed its parent process): flag the submission, as nbgrader
+            # would.
+            reason = f"its grading killed {e.args[-1] if e.args else 'several'} workers"
+            results.append((entry, T.TaskResult(s, a, "", True, [reason], None, None)))
+        except Exception as e:  # not the submission's fault: leave it ungraded, report it
+            _failed(course, summary, entry, f"{type(e).__name__}: {e}")
+    for entry, result in _merge(gb, results, course, summary):
+        s, a = entry["student"], entry["assignment"]
+        try:
+            if result.notebooks is not None:
+                course.write_folder("autograded", s, a, result.autograded)
+                if result.feedback:
+                    course.write_folder("feedback", s, a, result.feedback)
+            else:
+                course.remove_folder("autograded", s, a)
+        except Exception as e:  # in the gradebook but not on disk: graded again next run
             course.remove_folder("autograded", s, a)
-    except Exception as e:  # the gradebook refused it, a disk is full...: graded next run
-        course.remove_folder("autograded", s, a)
-        summary.failed[s, a] = f"could not record the result: {type(e).__name__}: {e}"
-        course.append_ledger({**entry, "status": "failed", "error": summary.failed[s, a]})
-        return
+            _failed(course, summary, entry, f"could not write its files: {type(e).__name__}: {e}")
+            continue
+        _note(course, summary, entry, result, all_logs)
+
+
+def _merge(gb, results: list, course: Course, summary: Summary) -> list:
+    """The results the gradebook took: all of them in one transaction; if it refuses one (or
+    the commit fails), each again in a transaction of its own, so that only the ones it refuses
+    fail (they are graded next run)."""
+
+    def one(entry, result, commit: bool) -> None:
+        a, s = entry["assignment"], entry["student"]
+        G.merge(gb, a, s, result.timestamp, result.notebooks, result.flagged, commit=commit)
+
+    try:
+        for entry, result in results:
+            one(entry, result, commit=False)
+        gb.db.commit()
+        return results
+    except Exception:
+        gb.db.rollback()
+    taken = []
+    for entry, result in results:
+        try:
+            one(entry, result, commit=True)
+            taken.append((entry, result))
+        except Exception as e:
+            why = f"could not record the result: {type(e).__name__}: {e}"
+            _failed(course, summary, entry, why)
+    return taken
+
+
+def _failed(course: Course, summary: Summary, entry: dict, why: str) -> None:
+    summary.failed[entry["student"], entry["assignment"]] = why
+    course.append_ledger({**entry, "status": "failed", "error": why})
+
+
+def _note(course: Course, summary: Summary, entry: dict, result, all_logs: bool) -> None:
+    """The summary's and the ledger's line for a merged result."""
+    s, a = entry["student"], entry["assignment"]
     if result.flagged:
         summary.flagged[s, a] = result.reasons
     if (result.flagged or all_logs) and result.log:

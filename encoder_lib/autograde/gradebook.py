@@ -232,8 +232,10 @@ def merge(
     timestamp: datetime | None,
     notebooks: list[NotebookOutcome] | None,
     flagged: bool = False,
+    commit: bool = True,
 ) -> None:
-    """Write one graded submission into an open instructor gradebook, in one transaction.
+    """Write one graded submission into an open instructor gradebook, in one transaction
+    (``commit=False``: in the caller's, which commits or rolls back).
 
     The student and the submission rows are created if missing, otherwise updated in place (one
     submission per student and assignment, whatever happens). Grades follow nbgrader's own
@@ -266,7 +268,11 @@ def merge(
                 g.needs_manual_grade = g.manual_score is not None or needs or auto is None
             for c in nb.comments:
                 c.auto_comment = out.comments.get(_key(c.cell)) if out else None
-        gb.db.commit()
+        if commit:
+            gb.db.commit()
+        else:
+            gb.db.flush()
     except BaseException:
-        gb.db.rollback()
+        if commit:
+            gb.db.rollback()
         raise
