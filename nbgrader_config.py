@@ -47,13 +47,11 @@ c.Autograde.sanitize_preprocessors = [
     "encoder_lib.autograde.judge.DisableCodeAboveSetup",
     "nbgrader.preprocessors.CheckCellMetadata",
 ]
-# Its kernels start cold (a new Python for each). --JudgeExecute.kernels=warm (after `--` for
-# python -m encoder_lib.autograde) forks each from a process that has already imported torch,
+# Its kernels are warm: each is forked from a process that has already imported torch,
 # encoder_lib and the setup cell's other imports (encoder_lib.autograde.warm_kernels: about 2x
-# faster per notebook). Not the default yet: with warm kernels, a Dask worker killed while it
-# grades left 3 submissions cancelled ("already forgotten") instead of graded again
-# (tests/dask/test_grading_on_dask.py::test_killed_worker_loses_and_duplicates_nothing).
-c.JudgeExecute.kernels = "cold"
+# faster per notebook). --JudgeExecute.kernels=cold (after `--` for python -m encoder_lib.autograde)
+# starts a new Python for each instead.
+c.JudgeExecute.kernels = "warm"
 c.Autograde.autograde_preprocessors = [
     "encoder_lib.autograde.judge.JudgeExecute",
     "nbgrader.preprocessors.IgnorePattern",

@@ -22,8 +22,8 @@ student submits the reference answers, then prints, side by side and from the sa
    50 workers, N being the course's notebooks (how: see the README, "How long it takes").
 
 Steps 2, 3 and 5 run twice, with warm kernels (forked from a process that has imported torch:
-``encoder_lib.autograde.warm_kernels``) and with cold ones (jupyter_client's own kernel manager,
-nbgrader_config.py's choice), unless ``--kernels`` names one.
+``encoder_lib.autograde.warm_kernels``, nbgrader_config.py's choice) and with cold ones
+(jupyter_client's own kernel manager), unless ``--kernels`` names one.
 
 Every graded notebook must score full marks, or the run fails. Timings on a shared machine vary:
 the load average is printed beside them.

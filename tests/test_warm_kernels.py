@@ -263,7 +263,8 @@ def test_the_source_ends_with_the_process_that_started_it():
 
 def test_the_course_grades_with_the_kernels_its_config_names():
     """nbgrader's Execute fixes its kernel manager class in its constructor (config cannot change
-    it): JudgeExecute's ``kernels`` setting chooses; cold in the course's nbgrader_config.py."""
+    it): JudgeExecute's ``kernels`` setting chooses; warm in the course's nbgrader_config.py and
+    by default, cold one setting away."""
     from jupyter_client.manager import AsyncKernelManager
     from traitlets.config.loader import KVArgParseConfigLoader, PyFileConfigLoader
 
@@ -272,6 +273,7 @@ def test_the_course_grades_with_the_kernels_its_config_names():
     root = Path(__file__).resolve().parents[1]
     config = PyFileConfigLoader("nbgrader_config.py", path=str(root)).load_config()
     assert "encoder_lib.autograde.judge.JudgeExecute" in config.Autograde.autograde_preprocessors
-    assert JudgeExecute(config=config).kernel_manager_class is AsyncKernelManager
-    config.merge(KVArgParseConfigLoader(["--JudgeExecute.kernels=warm"]).load_config())
     assert JudgeExecute(config=config).kernel_manager_class is W.WarmKernelManager
+    assert JudgeExecute().kernel_manager_class is W.WarmKernelManager
+    config.merge(KVArgParseConfigLoader(["--JudgeExecute.kernels=cold"]).load_config())
+    assert JudgeExecute(config=config).kernel_manager_class is AsyncKernelManager

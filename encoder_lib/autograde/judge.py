@@ -114,11 +114,11 @@ class JudgeExecute(Execute):
     the cells it had run are run again in a fresh kernel (``_recover``), and the cell or exercise
     that hung scores 0 with "ran past the time limit".
 
-    Its kernels are cold unless ``kernels`` is ``"warm"`` (see ``warm_kernels``)."""
+    Its kernels are warm unless ``kernels`` is ``"cold"`` (see ``warm_kernels``)."""
 
     kernels = Enum(
         ["warm", "cold"],
-        default_value="cold",
+        default_value="warm",
         help="warm: fork each kernel from a process that has imported torch and the setup "
         "cell's other imports (encoder_lib.autograde.warm_kernels); cold: start Python for each "
         "(jupyter_client's own kernel manager). nbgrader's Execute fixes its kernel manager "

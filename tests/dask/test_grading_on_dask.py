@@ -1,7 +1,8 @@
 """``python -m encoder_lib.autograde`` on a real Dask scheduler with two workers on 127.0.0.1.
 
 The same small class (see conftest.py) is graded several times from the same starting point:
-once by plain ``nbgrader autograde`` (the reference), once on the cluster, once on the cluster
+once by plain ``nbgrader autograde`` with cold kernels (the reference), once on the cluster with
+warm ones (the course's default: encoder_lib/autograde/warm_kernels.py), once on the cluster
 while one worker is killed in the middle, and once stopped halfway and started again. Every
 gradebook must equal the reference cell by cell, with exactly one submission per student and
 assignment, and so must the verdicts kept in the autograded notebooks (the mistake and the
@@ -30,10 +31,11 @@ from pipeline import roster as R
 
 @pytest.fixture(scope="module")
 def plain(small_class, tmp_path_factory) -> C.Course:
-    """The class graded by plain ``nbgrader autograde``, one assignment after the other."""
+    """The class graded by plain ``nbgrader autograde``, one assignment after the other, each
+    kernel a new Python (cold): what warm kernels on Dask must reproduce cell by cell."""
     course = copy_of(small_class, tmp_path_factory.mktemp("plain"))
     for a in ASSIGNMENTS:
-        course.nbgrader("autograde", a, check=False)
+        course.nbgrader("autograde", a, "--JudgeExecute.kernels=cold", check=False)
     return course
 
 
