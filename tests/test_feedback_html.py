@@ -5,6 +5,8 @@ The page in a real browser (network blocked) is checked in tests/ui/test_feedbac
 
 from __future__ import annotations
 
+import re
+
 import nbformat
 from bs4 import BeautifulSoup
 
@@ -79,6 +81,29 @@ def test_exporter_typesets_a_notebook():
     soup = _soup(html)
     assert len(soup.select(".text_cell_render math")) == 2
     assert not [s for s in soup.find_all("script") if "mathjax" in s.get("src", "").lower()]
+
+
+def test_highlighted_code_is_passed_through_byte_for_byte():
+    """nbconvert's highlighted code blocks are set aside while the page is parsed: what comes
+    back is what nbconvert wrote, and a dollar sign in code is never typeset, while the maths
+    around the block is."""
+    nb = nbformat.v4.new_notebook(
+        cells=[
+            nbformat.v4.new_markdown_cell("Before: $x^2$"),
+            nbformat.v4.new_code_cell('price = "$5 and $6"  # $\\alpha$ is not maths here'),
+            nbformat.v4.new_markdown_cell("After: $\\sqrt{d}$"),
+        ]
+    )
+    exporter = OfflineFeedbackExporter(template_name="classic")
+    plain, _ = super(OfflineFeedbackExporter, exporter).from_notebook_node(nb)
+    html, _ = exporter.from_notebook_node(nb)
+    code = re.findall(r'<div class="\s*highlight hl-ipython3">.*?</pre>', plain, re.S)
+    assert len(code) == 1 and "$5 and $6" in code[0]
+    assert code[0] in html
+    assert "encoder-lab-code" not in html
+    soup = _soup(html)
+    assert len(soup.select(".text_cell_render math")) == 2
+    assert soup.select_one(".highlight").find("math") is None
 
 
 # nbgrader's feedback template lists every graded cell in #toc, each test cell as "Test cell".
