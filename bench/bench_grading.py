@@ -14,8 +14,10 @@ student submits the reference answers, then prints, side by side and from the sa
    nbclient and the execute preprocessor timed: kernel start, the setup cell, answer cells, test
    cells, other cells, nbgrader's own steps (everything else in autograde), feedback HTML;
 3. the class graded by ``python -m encoder_lib.autograde``'s own code on local Dask clusters of
-   K workers: seconds per graded notebook (wall time / notebooks, cluster start excluded), the
-   mean time of a task on its worker and of merging its result here;
+   K workers: seconds per graded notebook (wall time / notebooks; the start of the cluster, and
+   with warm kernels of each worker's kernel source, excluded), the mean time of a task on its
+   worker, of fetching its result here and of merging it (wall time, and this process's CPU
+   time: results that finish together share one gradebook transaction);
 4. the scheduler's overhead per task (no-op tasks through the same cluster, one at a time and
    all at once);
 5. projections: 100 students x N notebooks on this machine, and 10,000 students x N notebooks on
@@ -215,7 +217,7 @@ def grade_class(
     start = time.perf_counter()
     with D.open_client(None, workers) as client:
         client.wait_for_workers(workers)
-        client.run(T.warm_up)
+        client.run(T.warm_up, "--JudgeExecute.kernels=warm" in overrides)
         started = time.perf_counter() - start
         summary = D.grade(dc, ["*"], client, progress=False, overrides=overrides)
         overhead = scheduler_overhead(client) if workers > 1 else {}
@@ -228,7 +230,9 @@ def grade_class(
         "wall": summary.seconds,
         "per notebook": summary.seconds / n,
         "task": statistics.mean(summary.task_seconds),
+        "fetch": statistics.mean(summary.fetch_seconds),
         "merge": statistics.mean(summary.merge_seconds),
+        "merge cpu": statistics.mean(summary.merge_cpu_seconds),
         **overhead,
     }
 
@@ -326,14 +330,19 @@ def report(floors, steps, runs, students: int, assignments: list[str], course_si
     print(f"\nthe class ({students} students x {len(assignments)} notebooks = {n}) on local Dask:")
     print(
         f"| {'kernels':>7} | {'workers':>7} | {'start s':>7} | {'wall s':>7} "
-        f"| {'s / notebook':>12} | {'x floor':>7} | {'task s':>6} | {'merge ms':>8} |"
+        f"| {'s / notebook':>12} | {'x floor':>7} | {'task s':>6} | {'fetch ms':>8} "
+        f"| {'merge ms':>8} | {'cpu ms':>6} |"
     )
-    print(f"|{'-' * 9}|{'-' * 9}|{'-' * 9}|{'-' * 9}|{'-' * 14}|{'-' * 9}|{'-' * 8}|{'-' * 10}|")
+    print(
+        f"|{'-' * 9}|{'-' * 9}|{'-' * 9}|{'-' * 9}|{'-' * 14}|{'-' * 9}|{'-' * 8}|{'-' * 10}"
+        f"|{'-' * 10}|{'-' * 8}|"
+    )
     for (kind, k), r in runs.items():
         print(
             f"| {kind:>7} | {k:>7} | {r['start']:7.1f} | {r['wall']:7.1f} "
             f"| {r['per notebook']:12.2f} | {r['per notebook'] / floor:7.2f} | {r['task']:6.2f} "
-            f"| {r['merge'] * 1000:8.0f} |"
+            f"| {r['fetch'] * 1000:8.0f} | {r['merge'] * 1000:8.0f} "
+            f"| {r['merge cpu'] * 1000:6.0f} |"
         )
     overhead = next((r for r in runs.values() if "round trip" in r), None)
     if overhead:
@@ -355,13 +364,16 @@ def report(floors, steps, runs, students: int, assignments: list[str], course_si
         one = runs.get((kind, 1)) or next(r for (kd, _), r in runs.items() if kd == kind)
         tasks, workers = 10_000 * N, 50
         compute = tasks * one["task"] / workers
-        merging = tasks * one["merge"]
+        # Each result's time in the instructor's process, on cores of its own (here the workers
+        # share them, and the merge's wall time is mostly waiting for a core): fetch + merge CPU.
+        serial = one["fetch"] + one["merge cpu"]
+        merging = tasks * serial
         sched = tasks * (overhead["pipelined"] if overhead else 0.0)
         total = max(compute, merging, sched)
         print(
             f"  10,000 students x {N} notebooks on {workers} workers, {kind} kernels: "
             f"{total / 3600:.1f} h = max(tasks x {one['task']:.2f} s / {workers} workers "
-            f"= {compute / 3600:.2f} h, merging {tasks} results x {one['merge'] * 1000:.0f} ms "
+            f"= {compute / 3600:.2f} h, merging {tasks} results x {serial * 1000:.0f} ms "
             f"= {merging / 3600:.2f} h, scheduler {tasks} x "
             f"{(overhead or {}).get('pipelined', 0) * 1000:.2f} ms = {sched / 3600:.2f} h)"
         )

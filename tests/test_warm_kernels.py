@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -70,6 +71,9 @@ async def _run(manager_class, cwd: Path, *cells: str) -> tuple[list[str], object
         kc.stop_channels()
         await km.shutdown_kernel(now=True)
     return outputs, km
+
+
+TEXT = {"capture_output": True, "text": True, "check": True}
 
 
 def run(manager_class, cwd: Path, *cells: str) -> list[str]:
@@ -188,6 +192,38 @@ def test_a_dead_source_is_started_again(tmp_path):
     outputs, km = asyncio.run(_run(W.WarmKernelManager, tmp_path, "print('again')"))
     assert outputs == ["again\n"] and km.provisioner.warm
     assert W._source() is not old and W._source().alive()
+
+
+def test_a_killed_grading_process_s_folder_is_removed_by_the_next_source(tmp_path, monkeypatch):
+    """Each source's socket lives in a folder named after the process that started it; one whose
+    process is gone (a Dask worker killed) is removed when the next source starts."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], **TEXT)
+    stale = tmp_path / f"encoder-lab-warm-{ended.stdout.strip()}-x1"
+    stale.mkdir()
+    (stale / "source.sock").touch()
+    alive = tmp_path / f"encoder-lab-warm-{os.getpid()}-x2"
+    alive.mkdir()
+    source = W._Source()
+    try:
+        assert not stale.exists() and alive.is_dir()
+        assert source.folder.parent == tmp_path
+        assert source.folder.name.startswith(f"encoder-lab-warm-{os.getpid()}-")
+    finally:
+        source.stop()
+    assert not source.folder.exists()
+
+
+def test_a_worker_starts_its_source_before_grading_when_asked():
+    from encoder_lib.autograde import tasks
+
+    with W._LOCK:
+        while W._SOURCE:
+            W._SOURCE.pop().stop()
+    tasks.warm_up()
+    assert not W._SOURCE  # cold kernels need no source
+    tasks.warm_up(warm_kernels=True)
+    assert len(W._SOURCE) == 1 and W._SOURCE[0].alive()
 
 
 def test_without_a_source_the_kernel_starts_cold(tmp_path, monkeypatch):

@@ -8,8 +8,8 @@ Run it in the course folder (or pass ``--course-dir``), where ``nbgrader_config.
 gradebook are. Each ungraded ``submitted/<student>/<assignment>/`` becomes one task,
 ``tasks.grade_submission``, which a worker grades in a throwaway nbgrader course of its own; the
 inputs travel with the task, so workers need this package installed and nothing else (no shared
-file system). Only this process touches the instructor's gradebook: it merges each result as it
-arrives, one student and assignment per transaction, then writes ``autograded/`` and
+file system). Only this process touches the instructor's gradebook: it merges the results as
+they arrive, those that finished together in one transaction, then writes ``autograded/`` and
 ``feedback/``. A submission counts as graded once its ``autograded/<student>/<assignment>/``
 folder exists (nbgrader's own rule), so an interrupted run started again grades only what is
 missing; ``--force`` grades everything again, replacing rows rather than adding them.
@@ -187,8 +187,14 @@ class Summary:
     bar counts."""
     task_seconds: list[float] = field(default_factory=list)
     """Each result's time on its worker."""
+    fetch_seconds: list[float] = field(default_factory=list)
+    """Each result's time to reach this process from its worker."""
     merge_seconds: list[float] = field(default_factory=list)
-    """Each result's time in this process (gradebook transaction, files, ledger)."""
+    """Each result's time in this process after that (its share of the gradebook transaction,
+    files, ledger)."""
+    merge_cpu_seconds: list[float] = field(default_factory=list)
+    """The same, counted in this thread's CPU time: what merging costs where workers do not share
+    the instructor's cores."""
     workers: set[str] = field(default_factory=set)
     by_worker: dict[tuple[str, str], str] = field(default_factory=dict)
 
@@ -340,9 +346,7 @@ def grade(
                     pending.add(submit(*queue.popleft()))
                 # Every task finished by now, at least one: merged in one gradebook transaction.
                 batch = [(f, *keys.pop(f.key)) for f in pending.next_batch(block=True)]
-                t = time.perf_counter()
                 _record(course, gb, batch, summary, all_logs)
-                summary.merge_seconds += [(time.perf_counter() - t) / len(batch)] * len(batch)
                 for future, s, a in batch:
                     future.release()
                     if (s, a) in summary.flagged or (s, a) in summary.failed:
@@ -395,6 +399,7 @@ def _record(course: Course, gb, batch, summary: Summary, all_logs: bool = False)
     from distributed import KilledWorker
 
     results = []
+    t = time.perf_counter()
     for future, s, a in batch:
         entry = {"time": datetime.now(UTC).isoformat(), "student": s, "assignment": a}
         try:
@@ -407,6 +412,8 @@ def _record(course: Course, gb, batch, summary: Summary, all_logs: bool = False)
             results.append((entry, T.TaskResult(s, a, "", True, [reason], None, None)))
         except Exception as e:  # not the submission's fault: leave it ungraded, report it
             _failed(course, summary, entry, f"{type(e).__name__}: {e}")
+    summary.fetch_seconds += [(time.perf_counter() - t) / len(batch)] * len(batch)
+    t, cpu = time.perf_counter(), time.thread_time()
     for entry, result in _merge(gb, results, course, summary):
         s, a = entry["student"], entry["assignment"]
         try:
@@ -421,6 +428,8 @@ def _record(course: Course, gb, batch, summary: Summary, all_logs: bool = False)
             _failed(course, summary, entry, f"could not write its files: {type(e).__name__}: {e}")
             continue
         _note(course, summary, entry, result, all_logs)
+    summary.merge_seconds += [(time.perf_counter() - t) / len(batch)] * len(batch)
+    summary.merge_cpu_seconds += [(time.thread_time() - cpu) / len(batch)] * len(batch)
 
 
 def _merge(gb, results: list, course: Course, summary: Summary) -> list:

@@ -176,8 +176,9 @@ def _template(spec: G.AssignmentSpec) -> Path:
     return _TEMPLATES[key]
 
 
-def warm_up() -> str:
-    """Import what grading needs (run once per worker before the clock starts, optional)."""
+def warm_up(warm_kernels: bool = False) -> str:
+    """Import what grading needs (run once per worker before the clock starts, optional); with
+    ``warm_kernels``, also start the warm kernel source, which the first kernel would start."""
     import nbconvert.exporters  # noqa: F401
     import nbgrader.converters
     import nbgrader.preprocessors  # noqa: F401
@@ -186,6 +187,10 @@ def warm_up() -> str:
     import encoder_lib.autograde.judge
     import encoder_lib.autograde.overwrite  # noqa: F401
 
+    if warm_kernels:
+        from encoder_lib.autograde.warm_kernels import start_source
+
+        start_source()
     return f"{socket.gethostname()}:{os.getpid()}"
 
 

@@ -42,6 +42,7 @@ import json
 import os
 import select
 import selectors
+import shutil
 import signal
 import socket
 import subprocess
@@ -57,7 +58,7 @@ import psutil
 from jupyter_client.manager import AsyncKernelManager
 from jupyter_client.provisioning.local_provisioner import LocalProvisioner
 
-__all__ = ["PRELOAD", "WarmKernelManager", "WarmProvisioner", "serve"]
+__all__ = ["PRELOAD", "WarmKernelManager", "WarmProvisioner", "serve", "start_source"]
 
 PRELOAD = (
     "math",
@@ -207,7 +208,13 @@ class _Source:
     """The warm source this process started (one per process; started again if it died)."""
 
     def __init__(self) -> None:
-        self.folder = Path(tempfile.mkdtemp(prefix="encoder-lab-warm-"))
+        # The folder holds the socket; a grading process that was killed leaves its folder
+        # behind, named after its pid: removed by the next source on the machine.
+        for stale in Path(tempfile.gettempdir()).glob("encoder-lab-warm-*-*"):
+            pid = stale.name.split("-")[3]
+            if pid.isdigit() and not psutil.pid_exists(int(pid)):
+                shutil.rmtree(stale, ignore_errors=True)
+        self.folder = Path(tempfile.mkdtemp(prefix=f"encoder-lab-warm-{os.getpid()}-"))
         self.path = str(self.folder / "source.sock")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "encoder_lib.autograde.warm_kernels", self.path],
@@ -261,6 +268,12 @@ def _source() -> _Source:
             _SOURCE.append(_Source())
             atexit.register(_SOURCE[0].stop)
         return _SOURCE[0]
+
+
+def start_source() -> None:
+    """Start this process's warm source now, if it is not running (the first warm kernel would
+    start it): a grading worker can pay for its imports before the clock starts."""
+    _source()
 
 
 class _ForkedKernel:

@@ -243,13 +243,21 @@ def test_blank_submissions_are_counted_as_not_written(graded, whole_class):
 
 @pytest.fixture(scope="module")
 def plain(graded, tmp_path_factory):
-    """A copy of the class whose ``PLAIN`` variants plain ``nbgrader autograde`` grades again."""
+    """A copy of the class whose ``PLAIN`` variants plain ``nbgrader autograde`` grades again,
+    with cold kernels (the class was graded on Dask with warm ones, the course's default)."""
     copy = C.Course(tmp_path_factory.mktemp("plain") / "course")
     shutil.copytree(graded.course.root, copy.root, ignore=shutil.ignore_patterns("feedback"))
     students = f"bug-{PLAIN[:2]}-*"
     for folder in (copy.root / "autograded").glob(f"{students}/{PLAIN}"):
         shutil.rmtree(folder)
-    copy.nbgrader("autograde", PLAIN, f"--student={students}", check=False, timeout=1800)
+    copy.nbgrader(
+        "autograde",
+        PLAIN,
+        f"--student={students}",
+        "--JudgeExecute.kernels=cold",
+        check=False,
+        timeout=1800,
+    )
     return copy
 
 
@@ -259,6 +267,17 @@ def test_plain_nbgrader_records_and_counts_equal_the_planted_ones(graded, truth,
     for student, a in ours:
         assert (plain.root / "autograded" / student / a).is_dir(), "plain nbgrader graded nothing"
     assert recorded(plain.root, graded.plan, ours) == ours
+    # Every verdict whole (mistake, exercise, root, message's id...): cold kernels under plain
+    # nbgrader, warm ones on Dask.
+    name = graded.plan.layouts[PLAIN].name
+    verdicts = [
+        {
+            key: list(records.read_notebook(root / "autograded" / key[0] / PLAIN / f"{name}.ipynb"))
+            for key in ours
+        }
+        for root in (plain.root, graded.course.root)
+    ]
+    assert verdicts[0] == verdicts[1]
     report = R.build(plain.root, [PLAIN], student=f"bug-{PLAIN[:2]}-*")
     assert report_counts(report) == expected_counts(ours, graded.plan)
 
