@@ -85,8 +85,10 @@ def test_a_batch_is_merged_in_one_transaction(course):
 def test_a_result_the_gradebook_refuses_fails_alone(course):
     """s2's result names an assignment the gradebook does not hold: the batch's transaction is
     rolled back and each result merged on its own; s1 and s3 are graded, s2 fails with the
-    gradebook's reason and has no autograded folder (so the next run grades it again)."""
+    gradebook's reason and loses its autograded folder, even one an earlier run wrote (so the next
+    run grades it again)."""
     summary = D.Summary()
+    course.write_folder("autograded", "s2", "gone", [])  # as graded by an earlier run
     batch = [
         (finished(result("s1")), "s1", "a"),
         (finished(result("s2", assignment="gone")), "s2", "gone"),

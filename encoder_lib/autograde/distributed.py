@@ -453,7 +453,8 @@ def _merge(gb, results: list, course: Course, summary: Summary) -> list:
         try:
             one(entry, result, commit=True)
             taken.append((entry, result))
-        except Exception as e:
+        except Exception as e:  # graded next run, even if an earlier run had graded it
+            course.remove_folder("autograded", entry["student"], entry["assignment"])
             why = f"could not record the result: {type(e).__name__}: {e}"
             _failed(course, summary, entry, why)
     return taken
