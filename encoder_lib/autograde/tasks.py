@@ -31,7 +31,6 @@ import os
 import shutil
 import socket
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -42,6 +41,7 @@ import nbformat
 import psutil
 
 from encoder_lib.autograde import gradebook as G
+from encoder_lib.autograde import scratch
 
 __all__ = ["Limits", "Submission", "TaskResult", "grade_submission", "warm_up"]
 
@@ -116,31 +116,10 @@ _TEMPLATES: dict[str, Path] = {}
 _CACHE: Path | None = None
 
 
-def scratch_root() -> Path:
-    """Where throwaway courses go: RAM-backed /dev/shm when it is there (sqlite commits and
-    notebook writes cost nothing), else the temp folder."""
-    shm = Path("/dev/shm")
-    if shm.is_dir() and os.access(shm, os.W_OK):
-        return shm
-    return Path(tempfile.gettempdir())
-
-
-def _sweep(root: Path) -> None:
-    """Remove the folders that dead processes left in ``root`` (a worker that was killed does
-    not clean up, and /dev/shm is memory): their names carry the process id."""
-    for folder in root.glob("grade-*"):
-        parts = folder.name.split("-")
-        pid = next((int(p) for p in parts[1:3] if p.isdigit()), None)
-        if pid is not None and not psutil.pid_exists(pid):
-            shutil.rmtree(folder, ignore_errors=True)
-
-
 def _cache() -> Path:
     global _CACHE
     if _CACHE is None:
-        _sweep(scratch_root())
-        prefix = f"grade-cache-{os.getpid()}-"
-        _CACHE = Path(tempfile.mkdtemp(prefix=prefix, dir=scratch_root()))
+        _CACHE = scratch.make("grade-cache", scratch.scratch_root())
         atexit.register(shutil.rmtree, _CACHE, True)
     return _CACHE
 
@@ -396,9 +375,7 @@ def grade_submission(
     with _LOCK:
         t0 = time.perf_counter()
         seconds: dict[str, float] = {}
-        _cache()  # and the sweep, once per process
-        scratch = tempfile.mkdtemp(prefix=f"grade-{os.getpid()}-", dir=scratch_root())
-        root = Path(scratch) / "course"
+        root = scratch.make("grade", scratch.scratch_root()) / "course"
         watchdog = None
         try:
             root.mkdir()

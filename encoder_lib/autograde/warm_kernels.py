@@ -42,7 +42,6 @@ import json
 import os
 import select
 import selectors
-import shutil
 import signal
 import socket
 import subprocess
@@ -57,6 +56,8 @@ from typing import Any
 import psutil
 from jupyter_client.manager import AsyncKernelManager
 from jupyter_client.provisioning.local_provisioner import LocalProvisioner
+
+from encoder_lib.autograde import scratch
 
 __all__ = ["PRELOAD", "WarmKernelManager", "WarmProvisioner", "serve", "start_source"]
 
@@ -208,13 +209,9 @@ class _Source:
     """The warm source this process started (one per process; started again if it died)."""
 
     def __init__(self) -> None:
-        # The folder holds the socket; a grading process that was killed leaves its folder
-        # behind, named after its pid: removed by the next source on the machine.
-        for stale in Path(tempfile.gettempdir()).glob("encoder-lab-warm-*-*"):
-            pid = stale.name.split("-")[3]
-            if pid.isdigit() and not psutil.pid_exists(int(pid)):
-                shutil.rmtree(stale, ignore_errors=True)
-        self.folder = Path(tempfile.mkdtemp(prefix=f"encoder-lab-warm-{os.getpid()}-"))
+        # The folder holds the socket; one that a killed grading process left behind is
+        # removed by the next source on the machine.
+        self.folder = scratch.make("encoder-lab-warm", Path(tempfile.gettempdir()))
         self.path = str(self.folder / "source.sock")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "encoder_lib.autograde.warm_kernels", self.path],

@@ -192,9 +192,9 @@ def row_counts(course: C.Course) -> dict[str, int]:
 
 def stray_kernels() -> list[str]:
     """Processes still running in a throwaway grading folder (a kernel nobody stopped)."""
-    from encoder_lib.autograde import tasks
+    from encoder_lib.autograde import scratch
 
-    prefix = os.path.join(str(tasks.scratch_root()), "grade-")
+    prefix = os.path.join(str(scratch.scratch_root()), "grade-")
     out = []
     for p in psutil.process_iter(["pid", "cmdline"]):
         try:
