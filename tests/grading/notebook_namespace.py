@@ -29,8 +29,34 @@ from encoder_lib.grading import GradingError, observe, runner, wire
 
 ROOT = Path(__file__).resolve().parents[2]
 
-SNEAKY = "class Sneaky(torch.Tensor):\n    pass\n\n\n"
-"""A Tensor subclass for answers that return one (it could lie in ``__torch_function__``)."""
+SNEAKY_RETURNS = """\
+class Sneaky(torch.Tensor):
+    pass
+
+
+_SNEAK_AT = None
+_SNEAKED = []
+
+
+def _sneaky(value):
+    if isinstance(value, torch.Tensor):
+        _SNEAKED.append("tensor")
+        return value.as_subclass(Sneaky)
+    if isinstance(value, tuple):
+        _SNEAKED.append(tuple(isinstance(v, torch.Tensor) for v in value))
+        return tuple(
+            v.as_subclass(Sneaky) if isinstance(v, torch.Tensor) and _SNEAK_AT in (None, i) else v
+            for i, v in enumerate(value)
+        )
+    _SNEAKED.append(type(value).__name__)
+    return value
+
+
+"""
+"""Put in front of an answer by ``returning_subclass``: ``Sneaky``, a Tensor subclass (which could
+lie in ``__torch_function__``), and ``_sneaky(value)``, which returns the tensors ``value`` holds
+(itself, or the items of a tuple: only item ``_SNEAK_AT`` unless that global is None) as
+``Sneaky`` and keeps in the global list ``_SNEAKED`` what each value held."""
 
 
 class Check(NamedTuple):
@@ -74,12 +100,10 @@ def stub(source: str) -> str:
 
 
 def returning_subclass(source: str) -> str:
-    """``source`` with every ``return value`` turned into ``return (value).as_subclass(Sneaky)``
-    and ``Sneaky`` defined in front."""
-    rewritten = re.sub(
-        r"^(\s*)return (.+?)(\s*#.*)?$", r"\1return (\2).as_subclass(Sneaky)", source, flags=re.M
-    )
-    return SNEAKY + rewritten
+    """``source`` with every ``return X`` turned into ``return _sneaky((X))``, after
+    ``SNEAKY_RETURNS``."""
+    pattern = r"^(\s*)return (.+?)(\s*#.*)?$"
+    return SNEAKY_RETURNS + re.sub(pattern, r"\1return _sneaky((\2))", source, flags=re.M)
 
 
 class SolutionNotebook:

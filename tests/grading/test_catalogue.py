@@ -8,7 +8,9 @@ stub), then each test cell's source runs as written, visible and hidden parts to
   lives in the answer (``also_says``) records that answer's test cell as the mistake's root;
   every other test cell keeps its points;
 - a correct answer keeps every point, silently;
-- an untouched stub makes its test cell say "not written yet".
+- an untouched stub makes its test cell say "not written yet";
+- an answer that returns a Tensor subclass (which could lie in ``__torch_function__``) instead of
+  plain tensors is refused, wherever in its output the subclass sits.
 
 Topic-specific behaviour (forbidden built-ins, tampering, loaders...) is tested beside it, in
 test_<topic>_checks.py.
@@ -17,7 +19,7 @@ test_<topic>_checks.py.
 from __future__ import annotations
 
 import pytest
-from notebook_namespace import SolutionNotebook, stub
+from notebook_namespace import SolutionNotebook, returning_subclass, stub
 from variants import ASSIGNMENTS, Variant
 
 from encoder_lib.grading import GradingError
@@ -115,3 +117,52 @@ def test_untouched_stub_says_not_written_yet(assignment, answer):
     errors = run_test_cells(notebook, {answer: stub(notebook.source(answer))})
     message = str(errors[own_test_cell(notebook, answer)])
     assert "not written yet" in message and "NotImplementedError" in message, message
+
+
+# --- Tensor subclasses ---------------------------------------------------------------------------
+
+# The answers whose outputs hold no torch tensor (a number, or JAX arrays), so there is nothing
+# to swap for a subclass; every other answer is tried.
+RETURNS_NO_TENSOR = {
+    ("04_feed_forward", "answer_count_parameters"),
+    ("06_sentiment_capstone", "train_step"),
+    ("10_jax_encoder", "jax_dropout"),
+    ("10_jax_encoder", "jax_load_linear"),
+    ("10_jax_encoder", "jax_layer_norm"),
+    ("10_jax_encoder", "jax_feed_forward"),
+    ("10_jax_encoder", "jax_attention"),
+    ("10_jax_encoder", "jax_encoder_block"),
+}
+
+
+def _own_cell_says(notebook, answer, at):
+    """What the answer's own test cell says with the subclass at ``at``, and what the returns
+    held."""
+    namespace = notebook.namespace({answer: returning_subclass(notebook.source(answer))})
+    returned: list = []
+    namespace |= {"_SNEAKED": returned, "_SNEAK_AT": at}
+    try:
+        notebook.execute(own_test_cell(notebook, answer), namespace)
+    except GradingError as error:
+        return str(error), returned
+    return "", returned
+
+
+@pytest.mark.parametrize(
+    ("assignment", "answer"),
+    [(a, answer) for a, notebook in NOTEBOOKS.items() for answer in notebook.answers],
+)
+def test_a_tensor_subclass_anywhere_in_the_output_is_refused(assignment, answer):
+    notebook = NOTEBOOKS[assignment]
+    said, returned = _own_cell_says(notebook, answer, None)
+    held_tensors = any(r == "tensor" or (isinstance(r, tuple) and any(r)) for r in returned)
+    if (assignment, answer) in RETURNS_NO_TENSOR:
+        assert not held_tensors, f"{answer} returned tensors: try it (out of RETURNS_NO_TENSOR)"
+        return
+    assert held_tensors, f"{answer} returned {set(map(str, returned))}: no tensor to swap"
+    assert "Tensor subclass" in said, said
+    # A tuple's items one at a time: a subclass in any one of them is refused too.
+    shapes = {r for r in returned if isinstance(r, tuple)}
+    for i in sorted({i for r in shapes for i, is_tensor in enumerate(r) if is_tensor}):
+        said, _ = _own_cell_says(notebook, answer, i)
+        assert "Tensor subclass" in said, f"item {i} of the output alone: {said}"
