@@ -11,7 +11,6 @@ import torch
 from notebook_namespace import (
     Check,
     SolutionNotebook,
-    expect_exported,
     stub,
     verdicts_here_and_wired,
 )
@@ -37,23 +36,7 @@ ANSWERS = NOTEBOOK.answers
 
 
 def test_notebook_has_the_cells_and_points_the_checks_expect():
-    assert list(ANSWERS) == [answer for answer, _, _ in CHECKS.values()]
-    for test_cell, (answer, name, check) in CHECKS.items():
-        assert "### BEGIN SOLUTION" in NOTEBOOK.source(answer)
-        meta = NOTEBOOK.cells[test_cell]["metadata"]["nbgrader"]
-        assert meta["grade"] and meta["locked"] and meta["points"] == POINTS[test_cell]
-        source = NOTEBOOK.source(test_cell)
-        assert f"grading.{check.__name__}({name})" in source
-        assert f"grading.{check.__name__}({name}, thorough=True)" in source
-        assert "### BEGIN HIDDEN TESTS" in source
-        assert runner.EXERCISES[test_cell].target == name
-    assert NOTEBOOK.cells["setup"]["metadata"]["nbgrader"]["locked"]
-
-
-def test_capstone_module_lists_its_checks():
-    expect_exported(
-        capstone_checks, {"check_masked_mean", "check_train_step", "check_sentiment_classifier"}
-    )
+    NOTEBOOK.assert_cells_and_points(POINTS)
 
 
 def test_the_reference_classifier_is_the_notebook_s():

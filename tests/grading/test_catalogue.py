@@ -19,10 +19,11 @@ test_<topic>_checks.py.
 from __future__ import annotations
 
 import pytest
-from notebook_namespace import SolutionNotebook, returning_subclass, stub
+from notebook_namespace import SolutionNotebook, expect_exported, returning_subclass, stub
 from variants import ASSIGNMENTS, Variant
 
-from encoder_lib.grading import GradingError
+from encoder_lib import grading
+from encoder_lib.grading import GradingError, runner
 
 NOTEBOOKS = {assignment: SolutionNotebook(assignment) for assignment in ASSIGNMENTS}
 
@@ -166,3 +167,39 @@ def test_a_tensor_subclass_anywhere_in_the_output_is_refused(assignment, answer)
     for i in sorted({i for r in shapes for i, is_tensor in enumerate(r) if is_tensor}):
         said, _ = _own_cell_says(notebook, answer, i)
         assert "Tensor subclass" in said, f"item {i} of the output alone: {said}"
+
+
+# --- what encoder_lib.grading exports --------------------------------------------------------
+
+# Public names of a topic module that are not the check of one of its exercises.
+OTHER_EXPORTS = {"encoder_lib.grading.multi_head_checks": {"load_reference_weights"}}
+
+
+def test_every_topic_module_exports_the_checks_of_its_exercises():
+    """Each ``*_checks`` module's ``__all__`` is ``check_<name>`` for each exercise it registers
+    (plus ``OTHER_EXPORTS``), and ``encoder_lib.grading`` exports the same objects."""
+    checks: dict[str, set[str]] = {}
+    for exercise in runner.EXERCISES.values():
+        checks.setdefault(exercise.topic, set()).add(f"check_{exercise.name}")
+    modules = [m for name, m in vars(grading).items() if name.endswith("_checks")]
+    assert {m.__name__ for m in modules} == set(checks)
+    for module in modules:
+        expect_exported(module, checks[module.__name__] | OTHER_EXPORTS.get(module.__name__, set()))
+
+
+def test_every_exercise_is_graded_by_one_test_cell_that_calls_its_check():
+    """Its test cell is in exactly one notebook, locked and graded, calls
+    ``grading.check_<name>(<target>)`` visibly and with ``thorough=True``, and has hidden tests;
+    every notebook's setup cell is locked."""
+    for test_cell, exercise in runner.EXERCISES.items():
+        where = [a for a, notebook in NOTEBOOKS.items() if test_cell in notebook.tests]
+        assert len(where) == 1, f"{test_cell} is in {where}"
+        notebook = NOTEBOOKS[where[0]]
+        meta = notebook.cells[test_cell]["metadata"]["nbgrader"]
+        assert meta["grade"] and meta["locked"] and meta["points"] > 0, test_cell
+        source = notebook.source(test_cell)
+        call = f"grading.check_{exercise.name}({exercise.target}"
+        assert f"{call})" in source and f"{call}, thorough=True)" in source, test_cell
+        assert "### BEGIN HIDDEN TESTS" in source, test_cell
+    for assignment, notebook in NOTEBOOKS.items():
+        assert notebook.cells["setup"]["metadata"]["nbgrader"]["locked"], assignment

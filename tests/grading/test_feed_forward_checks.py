@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from notebook_namespace import Check, SolutionNotebook, expect_exported, stub
+from notebook_namespace import Check, SolutionNotebook, stub
 
 from encoder_lib import grading
 from encoder_lib.grading import ForbiddenCallError, GradingError, runner
@@ -42,27 +42,13 @@ def failure(test_cell: str, answer: str, source: str) -> GradingError:
 
 
 def test_notebook_has_the_cells_and_points_the_checks_expect():
-    assert list(ANSWERS) == [answer for answer, _, _ in CHECKS.values()]
-    for test_cell, (answer, name, check) in CHECKS.items():
-        assert "### BEGIN SOLUTION" in NOTEBOOK.source(answer)
-        meta = NOTEBOOK.cells[test_cell]["metadata"]["nbgrader"]
-        assert meta["grade"] and meta["locked"] and meta["points"] == POINTS[test_cell]
-        source = NOTEBOOK.source(test_cell)
-        assert f"grading.{check.__name__}({name})" in source
-        assert f"grading.{check.__name__}({name}, thorough=True)" in source
-        assert "### BEGIN HIDDEN TESTS" in source
+    NOTEBOOK.assert_cells_and_points(POINTS)
 
 
 def test_exercises_are_registered_under_the_test_cells():
     for test_cell, (_, name, check) in CHECKS.items():
         exercise = runner.EXERCISES[test_cell]
         assert exercise.target == name and check.__name__ == f"check_{exercise.name}"
-
-
-def test_checks_are_exported_by_grading():
-    expect_exported(
-        grading.feed_forward_checks, {"check_feed_forward", "check_count_parameters", "check_gelu"}
-    )
 
 
 def test_release_keeps_the_given_init():

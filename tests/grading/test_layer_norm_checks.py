@@ -10,7 +10,6 @@ import pytest
 from notebook_namespace import (
     Check,
     SolutionNotebook,
-    expect_exported,
 )
 from variants import Variant
 
@@ -41,13 +40,6 @@ def test_notebook_has_the_cells_the_variants_replace():
     for variant in BUGGY + CORRECT:
         assert variant.cell in ANSWERS, variant.name
         assert set(variant.fails) <= set(CHECKS), variant.name
-
-
-def test_public_checks_are_exported():
-    expect_exported(
-        grading.layer_norm_checks,
-        {"check_layer_norm", "check_layer_norm_module", "check_residual_block"},
-    )
 
 
 FORBIDDEN = [

@@ -13,7 +13,6 @@ import torch
 from notebook_namespace import (
     Check,
     SolutionNotebook,
-    expect_exported,
     verdicts_here_and_wired,
 )
 
@@ -36,13 +35,6 @@ NOTEBOOK = SolutionNotebook("08_pretraining", CHECKS)
 def test_notebook_has_the_cells_and_points_the_checks_expect():
     NOTEBOOK.assert_cells_and_points(POINTS)
     assert sum(POINTS.values()) == 10
-
-
-def test_module_lists_its_checks():
-    expect_exported(
-        masked_lm_checks,
-        {"check_mask_tokens", "check_masked_language_model", "check_mlm_loss", "check_fill_mask"},
-    )
 
 
 def test_the_given_init_is_the_library_s():

@@ -12,7 +12,6 @@ import torch
 from notebook_namespace import (
     Check,
     SolutionNotebook,
-    expect_exported,
     verdicts_here_and_wired,
 )
 
@@ -45,10 +44,6 @@ NOTEBOOK = SolutionNotebook("09_modern_encoder", CHECKS)
 def test_notebook_has_the_cells_and_points_the_checks_expect():
     NOTEBOOK.assert_cells_and_points(POINTS)
     assert sum(POINTS.values()) == 11
-
-
-def test_module_lists_its_checks():
-    expect_exported(modern_checks, {check.__name__ for _, _, check in CHECKS.values()})
 
 
 def test_the_given_inits_load_the_library_s_weights():
