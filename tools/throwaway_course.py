@@ -47,6 +47,7 @@ __all__ = [
     "layout",
     "read",
     "says",
+    "slug",
     "source_notebook",
     "with_cell_after",
     "with_cells",
@@ -197,6 +198,12 @@ def with_cell_after(nb, grade_id_before: str, source: str, cell_id: str):
 
 
 # --- the course ----------------------------------------------------------------------------------
+
+
+def slug(text: str) -> str:
+    """``text`` as part of a student id: runs of anything but letters, digits and ``-`` become
+    one ``-``."""
+    return re.sub(r"[^A-Za-z0-9-]+", "-", text).strip("-")
 
 
 class NbgraderError(RuntimeError):

@@ -58,10 +58,6 @@ class Planned:
     """The test cells the variant must fail (None: reference or stub, checked otherwise)."""
 
 
-def slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9-]+", "-", text).strip("-")
-
-
 def load_variants(assignment: str) -> tuple[list, list]:
     """``(BUGGY, CORRECT)`` of ``tests/variants/a<assignment>.py``: the test suite's data,
     read from its folder (this tool is not part of the tests)."""
@@ -91,7 +87,7 @@ def write_class(course: C.Course, assignments: list[str], per_cell: int | None) 
                 taken[v.cell] = taken.get(v.cell, 0) + 1
                 if per_cell is not None and taken[v.cell] > per_cell:
                     continue
-                student = f"{kind}-{slug(v.cell)}-{slug(v.name)}"
+                student = f"{kind}-{C.slug(v.cell)}-{C.slug(v.name)}"
                 course.submit(student, a, layout.name, C.with_cells(ref, {v.cell: v.source}))
                 planned.append(Planned(student, a, tuple(v.fails)))
     return planned

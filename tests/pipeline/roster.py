@@ -9,7 +9,6 @@ test points at the submission to open: ``<course>/submitted/<student>/<assignmen
 from __future__ import annotations
 
 import os
-import re
 import zipfile
 from dataclasses import dataclass, field
 
@@ -50,17 +49,13 @@ HEAVY = {"10_jax_encoder": "one per cell"}
 ZIP_REGEX = r".*/(?P<student_id>[A-Za-z0-9-]+)_\d+_\d+_(?P<file_id>[^/]+\.ipynb)$"
 
 
-def slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9-]+", "-", text).strip("-")
-
-
 def variant_student(kind: str, assignment: str, variant) -> str:
     """``bug-03-<answer cell>-<variant name>``: names are unique per cell, not per notebook."""
-    return f"{kind}-{assignment[:2]}-{slug(variant.cell)}-{slug(variant.name)}"
+    return f"{kind}-{assignment[:2]}-{C.slug(variant.cell)}-{C.slug(variant.name)}"
 
 
 def cheat_student(assignment: str, name: str) -> str:
-    return f"cheat-{assignment[:2]}-{slug(name)}"
+    return f"cheat-{assignment[:2]}-{C.slug(name)}"
 
 
 def last_exercise(layout: C.Layout) -> str:

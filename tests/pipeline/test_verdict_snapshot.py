@@ -12,7 +12,6 @@ import subprocess
 import sys
 
 from pipeline import course as C
-from tools.verdict_snapshot import slug
 
 ASSIGNMENT = "03_layer_norm"
 
@@ -50,7 +49,7 @@ def test_a_small_class_is_decided_alike_with_warm_and_cold_kernels(tmp_path):
             first.setdefault((kind, v.cell), v)
     expected = {"ref": set(), "stub": set(layout.tests)}
     for (kind, cell), v in first.items():
-        expected[f"{kind}-{slug(cell)}-{slug(v.name)}"] = set(v.fails)
+        expected[f"{kind}-{C.slug(cell)}-{C.slug(v.name)}"] = set(v.fails)
     assert set(warm) == {f"{s}/{ASSIGNMENT}" for s in expected}
     for student, fails in expected.items():
         cells = warm[f"{student}/{ASSIGNMENT}"]["cells"]
