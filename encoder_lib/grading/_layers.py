@@ -14,7 +14,7 @@ from torch import nn
 
 from .feedback import Mistake
 from .observe import Call, Observation
-from .runner import Ask, Case, close, randn, reference_mode
+from .runner import Ask, Case, close, randn, reference_grads, reference_mode
 
 FUNCTIONS = {"relu({})": torch.relu}
 """What the reference layers apply besides their sub-modules (``locate.Locate.functions``)."""
@@ -259,26 +259,12 @@ def right_in_eval(ref: nn.Module, call: Call, where_dropout_goes: str):
     return probe
 
 
-def output_changes(ask: Ask, call: Call, args: tuple, before: Any, where: Any = ...) -> bool:
-    """Whether the answer's output (the first of a pair), ``before``, changes at ``where`` when
-    ``call`` gets ``args`` instead; False when the new output does not compare with it."""
-    after = ask(dataclasses.replace(call, args=args)).value
-    if isinstance(before, tuple | list):
-        before, after = before[0], after[0] if isinstance(after, tuple | list) else None
-    if not isinstance(after, torch.Tensor) or after.shape != before.shape:
-        return False
-    return not close(after[where], before[where], 1e-5, 1e-4)
-
-
 def backpropagating(case: Case, ref: nn.Module, upstream: torch.Tensor) -> Case:
     """``case`` (in eval mode, float64) with ``upstream`` backpropagated into its tensor
     arguments and the layer's parameters, compared with ``ref``'s gradients."""
-    inputs = [t.clone().requires_grad_() for t in case.call.args]
-    (ref(*inputs, **case.call.kwargs) * upstream).sum().backward()
-    names = tuple(f"args[{i}]" for i in range(len(inputs)))
-    grads = {f"parameters.{name}": param.grad for name, param in ref.named_parameters()}
+    names = tuple(f"args[{i}]" for i in range(len(case.call.args)))
     case.call = dataclasses.replace(case.call, grad=(*names, "parameters"), upstream=(upstream,))
     case.what += ", backpropagating"
-    case.grads = {**{name: t.grad for name, t in zip(names, inputs, strict=True)}, **grads}
-    case.grad_names = {name: name.removeprefix("parameters.") for name in grads}
+    case.grads = reference_grads(ref, case.call)
+    case.grad_names = {n: n.removeprefix("parameters.") for n in case.grads if n not in names}
     return case

@@ -198,26 +198,20 @@ def _case(
 ) -> Case:
     """``target(*args)`` (``params``: its parameters' names; ``tensors``: the inputs in words),
     expected to equal ``reference(*args)``; with ``upstream``, backpropagated, and the gradients
-    of the float arguments compared with the reference's."""
+    of the float arguments compared with the reference's (the runner derives both)."""
     grad = tuple(f"args[{i}]" for i, a in enumerate(args) if a.is_floating_point())
     backward = {} if upstream is None else {"grad": grad, "upstream": upstream}
-    case = Case(
+    return Case(
         Call(target, target, args, **backward),
         f"{target}({', '.join(params[: len(args)])}) with {_dtype(args[0])}{tensors}"
         + (", backpropagating" if backward else ""),
-        expected=reference(*args),
+        reference=reference,
         inputs={f"args[{i}]": name for i, name in enumerate(params)},
         failure_hint=fields.pop(
             "failure_hint", _single_sequence_hint if args[0].dim() == 2 else _matmul_hint
         ),
         **fields,
     )
-    if upstream is not None:
-        leaves = [a.clone().requires_grad_() if a.is_floating_point() else a for a in args]
-        tracked = [leaf for leaf in leaves if leaf.requires_grad]
-        grads = torch.autograd.grad(reference(*leaves), tracked, upstream)
-        case.grads = dict(zip(grad, grads, strict=True))
-    return case
 
 
 def _checked_first(case: Case, check: Callable[[Observation], str | None]) -> Case:

@@ -58,7 +58,7 @@ from . import observe, runner
 from .feedback import GradingError, Mistake
 from .locate import Locate
 from .observe import Call, Failure, Observation
-from .runner import Case, ModuleSpec, close, keep_first, randn, reference_mode
+from .runner import Case, ModuleSpec, close, keep_first, randn, reference_grads, reference_mode
 
 __all__ = ["check_masked_mean", "check_train_step", "check_sentiment_classifier"]
 
@@ -211,19 +211,15 @@ def _mean_case(h: torch.Tensor, keep: torch.Tensor | list[int], gradient: bool =
     h[~keep] += 5.0  # padding far from the real positions, so that a leak shows
     dtype = "" if h.dtype == torch.float64 else f" ({h.dtype})"
     what = f"masked_mean(h, keep) with h of shape (B, L, D) = {(B, L, D)}{dtype}"
-    grads = None
     call = Call("masked_mean", "masked_mean", (h, keep))
     if gradient:
         upstream = randn(B, D, seed=97).to(h.dtype)
-        leaf = h.clone().requires_grad_()
-        (_masked_mean(leaf, keep) * upstream).sum().backward()
-        grads = {"args[0]": leaf.grad}
         call = dataclasses.replace(call, grad=("args[0]",), upstream=(upstream,))
         what += ", backpropagating"
     return Case(
         call,
         what,
-        expected=_masked_mean(h, keep),
+        reference=_masked_mean,
         mistakes=lambda: _mean_mistakes(h, keep),
         letters=("(B, D)",),
         shape_hints=(
@@ -244,7 +240,6 @@ def _mean_case(h: torch.Tensor, keep: torch.Tensor | list[int], gradient: bool =
         inputs={"args[0]": "h", "args[1]": "keep"},
         failure_hint=_trailing_axis_hint,
         messages={"dtype": _MEAN_DTYPE, "no_grad": _MEAN_NO_GRAD},
-        grads=grads,
     )
 
 
@@ -841,37 +836,34 @@ def _classifier_case(
     ids = _token_ids(lengths, L, vocab, pad, seed + 1)
     keep = ids != pad  # (B, L)
     state = {k: v.clone() for k, v in model.state_dict().items()}
-    grads, grad_names, upstream = None, {}, None
     what = f"SentimentClassifier{init[0]}(token_ids) with token_ids of shape {(B, L)}"
     what += f" ({dtype})" if dtype != torch.float64 else ""
     what += " in training mode" if train else ""
+    call = Call(
+        "SentimentClassifier",
+        "sentiment_classifier",
+        (ids,),
+        init=init,
+        dtype=dtype,
+        state=state,
+        train=train,
+        grad=("parameters",) if gradient else (),
+        upstream=(randn(B, 2, seed=seed + 3).to(dtype),) if gradient else None,
+        inspect=True,
+        scenario=_POOLING,
+        seed=seed,
+    )
+    grads, grad_names = None, {}
     if gradient:
-        upstream = (randn(B, 2, seed=seed + 3).to(dtype),)
-        with reference_mode():
-            (model(ids) * upstream[0]).sum().backward()
-        params = dict(model.named_parameters())
-        order = sorted(params, key=lambda n: not n.startswith("encoder."))  # the encoder first
-        grads = {f"parameters.{n}": params[n].grad.clone() for n in order}
-        grad_names = {f"parameters.{n}": f"self.{n}" for n in order}
-        model.zero_grad(set_to_none=True)
+        library = reference_grads(model, call)
+        order = sorted(library, key=lambda n: not n.startswith("parameters.encoder."))
+        grads = {name: library[name] for name in order}  # the encoder's first
+        grad_names = {name: f"self.{name.removeprefix('parameters.')}" for name in order}
         what += ", backpropagating"
     with reference_mode(), torch.no_grad():
         expected = model(ids)
     return Case(
-        Call(
-            "SentimentClassifier",
-            "sentiment_classifier",
-            (ids,),
-            init=init,
-            dtype=dtype,
-            state=state,
-            train=train,
-            grad=("parameters",) if gradient else (),
-            upstream=upstream,
-            inspect=True,
-            scenario=_POOLING,
-            seed=seed,
-        ),
+        call,
         what,
         expected=expected,
         mistakes=lambda: _classifier_mistakes(model, ids, train),

@@ -51,7 +51,7 @@ from . import _layers, observe, runner
 from .feedback import Mistake
 from .locate import Locate
 from .observe import Call, Failure, Forbidden, Observation, Part
-from .runner import Ask, Case, ModuleSpec, keep_first, randn
+from .runner import Ask, Case, ModuleSpec, Unchanged, keep_first, randn, redrawn
 
 __all__ = [
     "check_causal_self_attention",
@@ -240,19 +240,18 @@ def _causal_case(B, L, D, H, seed, keep_rows=None, dtype=torch.float64) -> Case:
     with torch.no_grad():
         expected = ref(x, x, x, mask)
 
-    def future(obs: Observation, ask: Ask) -> str | None:
-        if L < 2:
-            return None
-        other = x.clone()
-        other[:, -1] = randn(B, D, seed=seed + 2).to(dtype)
-        if _layers.output_changes(ask, call, (other, part), obs.value, _BEFORE_LAST):
-            return Mistake(
-                "sees-the-future",
-                "position i looks at the future: changing only the last position of x changed the "
-                "outputs of the positions before it. The mask must hide keys j > i from query i "
-                "(True on and below the diagonal).",
-            )
-        return None
+    future = Unchanged(
+        call,
+        (redrawn(x, (slice(None), -1), seed + 2), part),
+        Mistake(
+            "sees-the-future",
+            "position i looks at the future: changing only the last position of x changed the "
+            "outputs of the positions before it. The mask must hide keys j > i from query i "
+            "(True on and below the diagonal).",
+        ),
+        _BEFORE_LAST,
+        when=L >= 2,
+    )
 
     def broadcast_hint(failure: Failure) -> str | None:
         if "must broadcast" in failure.message or "must match the size" in failure.message:
@@ -389,20 +388,19 @@ def _cross_case(B, L_tgt, L_src, D, H, seed, lengths=None, dtype=torch.float64) 
     with torch.no_grad():
         expected = ref(x, memory, memory, None if keep is None else keep[:, None, None, :])
 
-    def source_leak(obs: Observation, ask: Ask) -> str | None:
-        if keep is None or bool(keep.all()):
-            return None
-        other = memory.clone()
-        other[~keep] = randn(int((~keep).sum()), D, seed=seed + 3).to(dtype) * 3.0
-        if _layers.output_changes(ask, call, (x, other, part), obs.value):
-            return Mistake(
-                "source-padding-leaks",
-                "the source padding leaks into the output: changing only the padded positions of "
-                "memory changed it. memory_keep must hide those source positions from every "
-                "query: pass memory_keep as a (B, 1, 1, L_src) mask, one value per source "
-                "position.",
-            )
-        return None
+    padded = torch.zeros(B, L_src, dtype=torch.bool) if keep is None else ~keep
+    source_leak = Unchanged(
+        call,
+        (x, redrawn(memory, padded, seed + 3, scale=3.0), part),
+        Mistake(
+            "source-padding-leaks",
+            "the source padding leaks into the output: changing only the padded positions of "
+            "memory changed it. memory_keep must hide those source positions from every "
+            "query: pass memory_keep as a (B, 1, 1, L_src) mask, one value per source "
+            "position.",
+        ),
+        when=bool(padded.any()),
+    )
 
     def hint(failure: Failure) -> str | None:
         text = failure.message
@@ -680,32 +678,29 @@ def _layer_case(
         seed=seed,
     )
 
-    def future(obs: Observation, ask: Ask) -> str | None:
-        if tgt_mask is None or train or L_tgt < 2:
-            return None
-        other = x.clone()
-        other[:, -1] = randn(B, D, seed=seed + 3).to(dtype)
-        if _layers.output_changes(ask, call, (other, memory), obs.value, _BEFORE_LAST):
-            return Mistake(
-                "sees-the-future",
-                "the self-attention looks at the future: changing only the last target position "
-                "changed the outputs before it. Pass tgt_mask (as it is) to self.self_attn.",
-            )
-        return None
-
-    def source_leak(obs: Observation, ask: Ask) -> str | None:
-        if memory_mask is None or train or bool(memory_mask.all()):
-            return None
-        pad = ~keep_first(src_lengths, L_src, extra_axes=0)  # (B, L_src)
-        other = memory.clone()
-        other[pad] = randn(int(pad.sum()), D, seed=seed + 4).to(dtype) * 3.0
-        if _layers.output_changes(ask, call, (x, other), obs.value):
-            return Mistake(
-                "source-padding-leaks",
-                "the source padding leaks into the output: changing only the padded positions of "
-                "memory changed it. Pass memory_mask (as it is) to self.multihead_attn.",
-            )
-        return None
+    future = Unchanged(
+        call,
+        (redrawn(x, (slice(None), -1), seed + 3), memory),
+        Mistake(
+            "sees-the-future",
+            "the self-attention looks at the future: changing only the last target position "
+            "changed the outputs before it. Pass tgt_mask (as it is) to self.self_attn.",
+        ),
+        _BEFORE_LAST,
+        when=tgt_mask is not None and not train and L_tgt >= 2,
+    )
+    leaks = memory_mask is not None and not train and not bool(memory_mask.all())
+    pad = ~keep_first(src_lengths, L_src, extra_axes=0) if leaks else ...  # (B, L_src)
+    source_leak = Unchanged(
+        call,
+        (x, redrawn(memory, pad, seed + 4, scale=3.0) if leaks else memory),
+        Mistake(
+            "source-padding-leaks",
+            "the source padding leaks into the output: changing only the padded positions of "
+            "memory changed it. Pass memory_mask (as it is) to self.multihead_attn.",
+        ),
+        when=leaks,
+    )
 
     def hint(failure: Failure) -> str | None:
         text = failure.message

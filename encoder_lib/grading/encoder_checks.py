@@ -57,7 +57,17 @@ from . import _layers, observe, runner
 from .feedback import GradingError, Mistake
 from .locate import Locate
 from .observe import Call, Failure, Forbidden, Observation
-from .runner import Ask, Case, ModuleSpec, close, keep_first, randn, reference_mode
+from .runner import (
+    Ask,
+    Case,
+    ModuleSpec,
+    Unchanged,
+    close,
+    keep_first,
+    randn,
+    redrawn,
+    reference_mode,
+)
 
 __all__ = [
     "check_sinusoidal_positional_encoding",
@@ -449,20 +459,20 @@ def _layer_case(
         seed=seed,
     )
 
-    def no_leak(obs: Observation, ask: Ask) -> str | None:
-        if mask_kind != "padding" or bool(mask.all()) or train:
-            return None
-        pad = ~keep_first(lengths, L, extra_axes=0)  # (B, L)
-        other = x.clone()
-        other[pad] = randn(int(pad.sum()), D, seed=seed + 3).to(dtype)
-        if _layers.output_changes(ask, call, (other,), obs.value, ~pad):
-            return Mistake(
-                "padding-leaks",
-                "padding leaks into the real positions: changing only the padded positions of x "
-                "changed the outputs at real positions. Pass the mask on to self.self_attn (as it "
-                "is, True = may attend); the check calls layer(x, mask=mask) by keyword.",
-            )
-        return None
+    leaks = mask_kind == "padding" and not bool(mask.all()) and not train
+    pad = ~keep_first(lengths, L, extra_axes=0) if leaks else ...  # (B, L)
+    no_leak = Unchanged(
+        call,
+        (redrawn(x, pad, seed + 3),) if leaks else (x,),
+        Mistake(
+            "padding-leaks",
+            "padding leaks into the real positions: changing only the padded positions of x "
+            "changed the outputs at real positions. Pass the mask on to self.self_attn (as it "
+            "is, True = may attend); the check calls layer(x, mask=mask) by keyword.",
+        ),
+        ~pad if leaks else ...,
+        when=leaks,
+    )
 
     def pair_hint(failure: Failure) -> str | None:
         if "tuple" not in failure.message:

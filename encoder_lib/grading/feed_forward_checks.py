@@ -29,7 +29,16 @@ import encoder_lib
 from . import observe
 from .feedback import ForbiddenCallError, GradingError, Mistake
 from .observe import Call, Failure, Forbidden, Observation, deterministic_dropout
-from .runner import Ask, Case, ModuleSpec, close, randn, reference_mode, register_given
+from .runner import (
+    Ask,
+    Case,
+    ModuleSpec,
+    close,
+    randn,
+    reference_grads,
+    reference_mode,
+    register_given,
+)
 
 __all__ = ["check_feed_forward", "check_count_parameters", "check_gelu"]
 
@@ -404,15 +413,14 @@ def _ffn_case(
     )
     if backward:
         upstream = randn(*shape, seed=seed + 11)
-        leaf = x.clone().requires_grad_()
         with reference_mode():
             ref = encoder_lib.FeedForward(d_model, d_ff, p, act).double().train(train)
-            ref.load_state_dict(ffn.w)
-            (ref(leaf) * upstream).sum().backward()
-        case.call = ffn.call(x, train, grad=("args[0]", "parameters"), upstream=(upstream,))
+        ref.load_state_dict(ffn.w)
+        # The parameters' gradients first: an answer that cuts the graph is told about the
+        # weights it would stop training (reference_grads keeps the order of Call.grad).
+        case.call = ffn.call(x, train, grad=("parameters", "args[0]"), upstream=(upstream,))
         case.what += ", backpropagating"
-        case.grads = {f"parameters.{n}": q.grad for n, q in ref.named_parameters()}
-        case.grads["args[0]"] = leaf.grad
+        case.grads = reference_grads(ref, case.call)
         case.grad_names = {"args[0]": "x"} | {f"parameters.{n}": n for n in ffn.w}
     return case
 
@@ -586,25 +594,19 @@ def _gelu_mistakes(x: torch.Tensor) -> dict[str, torch.Tensor]:
 
 
 def _gelu_case(x: torch.Tensor, what: str, atol: float = 1e-7, backward: bool = False) -> Case:
-    case = Case(
-        Call("gelu", "gelu", (x,)),
-        what,
-        expected=lambda: F.gelu(x),
+    grad = {"grad": ("args[0]",), "upstream": (torch.ones_like(x),)} if backward else {}
+    return Case(
+        Call("gelu", "gelu", (x,), **grad),
+        what + (", backpropagating" if backward else ""),
+        reference=F.gelu,
         mistakes=lambda: _gelu_mistakes(x),
         slots=("gelu(x)",),
         letters=("the shape of x",),
         inputs={"args[0]": "x"},
         atol=atol,
         rtol=1e-6,
+        grad_names={"args[0]": "x"} if backward else {},
     )
-    if backward:
-        leaf = x.clone().requires_grad_()
-        F.gelu(leaf).sum().backward()
-        case.call = Call("gelu", "gelu", (x,), grad=("args[0]",), upstream=(torch.ones_like(x),))
-        case.what += ", backpropagating"
-        case.grads = {"args[0]": leaf.grad}
-        case.grad_names = {"args[0]": "x"}
-    return case
 
 
 def _gelu_cases(thorough: bool) -> Iterator[Case]:

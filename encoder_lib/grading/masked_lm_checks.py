@@ -47,7 +47,7 @@ from encoder_lib import mlm
 from . import observe, runner
 from .feedback import GradingError, Mistake
 from .observe import Call, Failure, Forbidden, Observation
-from .runner import Case, ModuleSpec, keep_first, randn, reference_mode
+from .runner import Case, ModuleSpec, keep_first, randn, reference_grads, reference_mode
 
 __all__ = ["check_mask_tokens", "check_masked_language_model", "check_mlm_loss", "check_fill_mask"]
 
@@ -443,15 +443,24 @@ def _model_case(
     what = f"MaskedLanguageModel({vocab}, {max_len}, pad_id={pad})(token_ids) with token_ids of "
     what += f"shape {(B, L)}" + (f" ({dtype})" if dtype != torch.float64 else "")
     what += " in training mode" if train else ""
-    grads, grad_names, grad_mistakes, upstream = None, {}, {}, None
+    upstream = (randn(B, L, vocab, seed=seed + 3).to(dtype),) if gradient else None
+    call = Call(
+        "MaskedLanguageModel",
+        "masked_language_model",
+        (ids,),
+        init=init,
+        dtype=dtype,
+        state=state,
+        train=train,
+        grad=("parameters",) if gradient else (),
+        upstream=upstream,
+        inspect=True,
+        seed=seed,
+    )
+    grads, grad_names, grad_mistakes = None, {}, {}
     if gradient:
-        upstream = (randn(B, L, vocab, seed=seed + 3).to(dtype),)
-        with reference_mode():
-            (model(ids) * upstream[0]).sum().backward()
-        params = dict(model.named_parameters())
-        grads = {f"parameters.{n}": params[n].grad.clone() for n in params}
-        grad_names = {f"parameters.{n}": f"self.{n}" for n in params}
-        model.zero_grad(set_to_none=True)
+        grads = reference_grads(model, call)
+        grad_names = {name: f"self.{name.removeprefix('parameters.')}" for name in grads}
         with reference_mode():  # the tie cut: the output layer sees a detached copy
             x = model.norm(F.gelu(model.dense(model.encode(ids))))
             ((x @ model.embedding.weight.detach().T + model.bias) * upstream[0]).sum().backward()
@@ -471,19 +480,7 @@ def _model_case(
     with reference_mode(), torch.no_grad():
         expected = model(ids)
     return Case(
-        Call(
-            "MaskedLanguageModel",
-            "masked_language_model",
-            (ids,),
-            init=init,
-            dtype=dtype,
-            state=state,
-            train=train,
-            grad=("parameters",) if gradient else (),
-            upstream=upstream,
-            inspect=True,
-            seed=seed,
-        ),
+        call,
         what,
         expected=expected,
         mistakes=lambda: _head_variants(model, ids),
@@ -646,18 +643,14 @@ def _loss_case(
     what = f"mlm_loss(logits, labels) with logits of shape {(B, L, V)}"
     what += f" ({dtype})" if dtype != torch.float64 else ""
     what += f", {int((labels != IGNORE).sum())} chosen positions"
-    grads = None
     if gradient:
         upstream = randn(1, seed=seed + 2).reshape(()).to(dtype)
-        leaf = logits.clone().requires_grad_()
-        (mlm.mlm_loss(leaf, labels) * upstream).backward()
-        grads = {"args[0]": leaf.grad}
         call = dataclasses.replace(call, grad=("args[0]",), upstream=(upstream,))
         what += ", backpropagating"
     return Case(
         call,
         what,
-        expected=mlm.mlm_loss(logits, labels).detach(),
+        reference=mlm.mlm_loss,
         mistakes=lambda: _loss_variants(logits, labels),
         probes=(_nan_probe,),
         failure_hint=_loss_hint,
@@ -678,7 +671,6 @@ def _loss_case(
             },
         ),
         inputs={"args[0]": "logits", "args[1]": "labels"},
-        grads=grads,
         grad_names={"args[0]": "logits"},
     )
 

@@ -54,7 +54,17 @@ import encoder_lib
 from . import _layers, observe, runner
 from .feedback import Mistake
 from .observe import Call, Failure, Forbidden, Observation, deterministic_dropout
-from .runner import Ask, Case, ModuleSpec, close, keep_first, randn, reference_mode
+from .runner import (
+    Ask,
+    Case,
+    ModuleSpec,
+    Unchanged,
+    close,
+    keep_first,
+    randn,
+    redrawn,
+    reference_grads,
+)
 
 __all__ = [
     "check_rms_norm",
@@ -255,6 +265,11 @@ def _rms_mistakes(x: torch.Tensor, w: torch.Tensor, eps: float) -> dict[str, tor
     return m
 
 
+def _rms_reference(x, weight, eps: float = _RMS_EPS) -> torch.Tensor:
+    """The notebook's rms_norm: encoder_lib's, with the exercise's default eps (1e-6)."""
+    return encoder_lib.rms_norm(x, weight, eps)
+
+
 def _rms_call(x, w, eps: float | None, **extra: Any) -> Call:
     return Call("rms_norm", "rms_norm", (x, w), {} if eps is None else {"eps": eps}, **extra)
 
@@ -336,24 +351,20 @@ def _rms_case(x, w, eps: float | None, gradient: bool = False) -> Case:
     actual = _RMS_EPS if eps is None else eps
     what = "rms_norm(x, weight" + ("" if eps is None else f", eps={eps:g}") + ")"
     what += f" with x of shape {tuple(x.shape)}{_dtype_text(x)}"
-    call, grads = _rms_call(x, w, eps), None
+    call = _rms_call(x, w, eps)
     if gradient:
-        leaf, gain = x.clone().requires_grad_(), w.clone().requires_grad_()
         upstream = randn(*x.shape, seed=97).to(x.dtype)
-        (encoder_lib.rms_norm(leaf, gain, actual) * upstream).sum().backward()
-        grads = {"args[0]": leaf.grad, "args[1]": gain.grad}
         call = _rms_call(x, w, eps, grad=("args[0]", "args[1]"), upstream=(upstream,))
         what += ", backpropagating"
     return Case(
         call,
         what,
-        expected=lambda: encoder_lib.rms_norm(x, w, actual).detach(),
+        reference=_rms_reference,
         mistakes=lambda: _rms_mistakes(x, w, actual),
         probes=(_rms_probe(x, w, eps),),
         letters=("the shape of x",),
         inputs={"args[0]": "x", "args[1]": "weight"},
         failure_hint=_rms_hint(x),
-        grads=grads,
         grad_names={"args[0]": "x", "args[1]": "weight"},
     )
 
@@ -432,7 +443,8 @@ class _Gated:
         self.name += f", activation={act!r}, dropout={p})"
 
     def reference_module(self, dtype: torch.dtype, train: bool) -> nn.Module:
-        module = encoder_lib.GatedFeedForward(self.d_model, self.d_ff, self.act, self.p)
+        with torch.random.fork_rng(devices=[]):  # its weights are loaded: draw nothing
+            module = encoder_lib.GatedFeedForward(self.d_model, self.d_ff, self.act, self.p)
         module = module.to(dtype)
         module.load_state_dict(self.w)
         return module.train(train)
@@ -629,17 +641,11 @@ def _gated_case(
     grads, grad_names = None, {}
     if gradient:
         upstream = randn(*shape, seed=seed + 6).to(dtype)
-        leaf = x.clone().requires_grad_()
-        with reference_mode():
-            (ref.train(train)(leaf) * upstream).sum().backward()
-        ref.eval()
-        grads = {"args[0]": leaf.grad} | {
-            f"parameters.{n}": q.grad for n, q in ref.named_parameters()
-        }
-        grad_names = {"args[0]": "x", "parameters.wi.weight": "wi", "parameters.wo.weight": "wo"}
         call = g.call(x, train, grad=("args[0]", "parameters"), upstream=(upstream,))
+        grads = reference_grads(ref.train(train), call)
+        ref.eval()
+        grad_names = {"args[0]": "x", "parameters.wi.weight": "wi", "parameters.wo.weight": "wo"}
         what += ", backpropagating"
-        ref.zero_grad(set_to_none=True)
     return Case(
         call,
         what,
@@ -891,18 +897,14 @@ def _rotary_case(
     text = "" if pairing is None else f", pairing={pairing!r}"
     what = f"apply_rotary(x, cos, sin{text}) with x of shape {shape}{_dtype_text(x)} and "
     what += "the angles of rotary_angles" if table else "random angles"
-    grads = None
     if gradient:
-        leaf = x.clone().requires_grad_()
         upstream = randn(*shape, seed=seed + 2).to(dtype)
-        (encoder_lib.apply_rotary(leaf, cos, sin, asked) * upstream).sum().backward()
-        grads = {"args[0]": leaf.grad}
         call = _rotary_call(x, cos, sin, pairing, grad=("args[0]",), upstream=(upstream,))
         what += ", backpropagating"
     return Case(
         call,
         what,
-        expected=encoder_lib.apply_rotary(x, cos, sin, asked),
+        reference=encoder_lib.apply_rotary,
         mistakes=lambda: _rotary_mistakes(x, cos, sin, asked),
         probes=_rotary_probes(x, cos, sin, pairing),
         slots=("the rotated x",),
@@ -923,7 +925,6 @@ def _rotary_case(
         ),
         inputs={"args[0]": "x", "args[1]": "cos", "args[2]": "sin"},
         failure_hint=_rotary_hint,
-        grads=grads,
         grad_names={"args[0]": "x"},
     )
 
@@ -1423,52 +1424,46 @@ def _layer_case(
     what += f"(x, mask) with x of shape {(B, L, D)}" + ("" if padding else " and no mask")
     what += _dtype_text(x) + (" in training mode" if train else "")
 
-    def no_leak(obs: Observation, ask: Ask) -> str | None:
-        if mask is None or bool(mask.all()) or train:
-            return None
-        pad = ~keep_first(lengths, L, extra_axes=0)  # (B, L)
-        other = x.clone()
-        other[pad] = randn(int(pad.sum()), D, seed=seed + 3).to(dtype)
-        if _layers.output_changes(ask, call, (other,), obs.value, ~pad):
-            return Mistake(
-                "padding-leaks",
-                "padding leaks into the real positions: changing only the padded positions of x "
-                "changed the outputs at real positions. The padding mask (True = may attend) "
-                "must reach the attention, combined with the window when there is one.",
-            )
-        return None
-
-    def local(obs: Observation, ask: Ask) -> str | None:
-        if window is None or train or window // 2 + 1 >= L:
-            return None
-        other = x.clone()
-        other[:, 0] = randn(B, D, seed=seed + 4).to(dtype)  # the first token changes
-        far = (slice(None), slice(window // 2 + 1, None))  # positions beyond its reach
-        if _layers.output_changes(ask, call, (other,), obs.value, far):
-            return Mistake(
-                "window-ignored",
-                f"changing the token at position 0 changed the outputs at positions more than "
-                f"window / 2 = {window // 2} away, which a local layer cannot see: the window "
-                "does not limit the attention. Combine the band with the padding mask so that "
-                "a key is allowed only where both are True." + _OWN_MASK,
-            )
-        return None
+    leaks = mask is not None and not bool(mask.all()) and not train
+    pad = ~keep_first(lengths, L, extra_axes=0) if leaks else ...  # (B, L)
+    no_leak = Unchanged(
+        call,
+        (redrawn(x, pad, seed + 3),) if leaks else (x,),
+        Mistake(
+            "padding-leaks",
+            "padding leaks into the real positions: changing only the padded positions of x "
+            "changed the outputs at real positions. The padding mask (True = may attend) "
+            "must reach the attention, combined with the window when there is one.",
+        ),
+        ~pad if leaks else ...,
+        when=leaks,
+    )
+    reach = L if window is None else window // 2 + 1  # positions beyond it: out of reach
+    local = Unchanged(
+        call,
+        (redrawn(x, (slice(None), 0), seed + 4),),  # the first token changes
+        Mistake(
+            "window-ignored",
+            f"changing the token at position 0 changed the outputs at positions more than "
+            f"window / 2 = {reach - 1} away, which a local layer cannot see: the window "
+            "does not limit the attention. Combine the band with the padding mask so that "
+            "a key is allowed only where both are True." + _OWN_MASK,
+        ),
+        (slice(None), slice(reach, None)),
+        when=window is not None and not train and reach < L,
+    )
 
     grads, grad_names = None, {}
     if gradient:
         upstream = randn(B, L, D, seed=seed + 5).to(dtype)
-        leaf = x.clone().requires_grad_()
-        with reference_mode():
-            (ref.train(train)(leaf, mask=mask) * upstream).sum().backward()
+        call = dataclasses.replace(call, grad=("args[0]", "parameters"), upstream=(upstream,))
+        library = reference_grads(ref.train(train), call)  # the library's parameter names
         ref.eval()
-        params = dict(ref.named_parameters())
-        grads = {"args[0]": leaf.grad} | {
-            f"parameters.{ours}": params[theirs].grad for ours, theirs in _STATE.items()
+        grads = {"args[0]": library["args[0]"]} | {
+            f"parameters.{ours}": library[f"parameters.{theirs}"] for ours, theirs in _STATE.items()
         }
         grad_names = {"args[0]": "x"} | {f"parameters.{n}": n for n in _STATE}
-        call = dataclasses.replace(call, grad=("args[0]", "parameters"), upstream=(upstream,))
         what += ", backpropagating"
-        ref.zero_grad(set_to_none=True)
     return Case(
         call,
         what,

@@ -167,7 +167,7 @@ def _heads_case(name: str, shape: tuple[int, ...], seed: int, grad: bool) -> Cas
         B, L, D, H = shape
         d = D // H
         x = randn(B, L, D, seed=seed)
-        rearrange, args = functools.partial(_split, H=H), (x, H)
+        reference, rearrange, args = _split, functools.partial(_split, H=H), (x, H)
         call = f"split_heads(x, num_heads={H}) with x of shape (B, L, D)"
         letters = "(B, H, L, d_head)"
         mistakes = {SPLIT_NO_TRANSPOSE: "view", SPLIT_INTERLEAVED: "interleaved"}
@@ -185,7 +185,7 @@ def _heads_case(name: str, shape: tuple[int, ...], seed: int, grad: bool) -> Cas
     else:
         B, H, L, d = shape
         x = randn(*shape, seed=seed)
-        rearrange, args = _merge, (x,)
+        reference, rearrange, args = _merge, _merge, (x,)
         call, letters = "merge_heads(x) with x of shape (B, H, L, d_head)", "(B, L, D)"
         mistakes = {MERGE_NO_TRANSPOSE: "view", MERGE_INTERLEAVED: "interleaved"}
         hints = {
@@ -202,12 +202,9 @@ def _heads_case(name: str, shape: tuple[int, ...], seed: int, grad: bool) -> Cas
         }
     expected = rearrange(x)
     extra: dict[str, Any] = {}
-    grads = None
     if grad:  # a rearrangement: the gradient is the upstream gradient rearranged back
         upstream = randn(*expected.shape, seed=int(x.shape[-1]) + 1)
         extra = {"grad": ("args[0]",), "upstream": (upstream,)}
-        leaf = x.clone().requires_grad_()
-        grads = {"args[0]": torch.autograd.grad(rearrange(leaf), leaf, upstream)[0]}
     return Case(
         Call(name, name, args, **extra),
         f"{call} = {tuple(x.shape)}" + (", backpropagating" if grad else ""),
@@ -216,7 +213,7 @@ def _heads_case(name: str, shape: tuple[int, ...], seed: int, grad: bool) -> Cas
         slots=("the output",),
         letters=(letters,),
         shape_hints=(hints,),
-        grads=grads,
+        reference=reference,
         inputs={"args[0]": "x"},
         failure_hint=_view_hint,
     )
@@ -412,19 +409,21 @@ def _weights(D: int, seed: int) -> dict[str, torch.Tensor]:
     }
 
 
-def _reference(weights, H, dropout, dtype, train, *tensors, backward=None):
+def _reference(weights, H, dropout, dtype, train, *tensors):
     """``encoder_lib.MultiHeadAttention`` with ``weights``, in float64 or float32, run on
-    ``tensors`` the way the student's module is (deterministic dropout); with ``backward``
-    (upstream gradients) the gradients of the inputs instead."""
+    ``tensors`` the way the student's module is (built and run in one seeded context, so that
+    its dropout draws what the student's draws)."""
+    with reference_mode(), torch.no_grad():
+        return _module(weights, H, dropout, dtype, train)(*tensors)
+
+
+def _module(weights, H, dropout, dtype, train) -> nn.Module:
+    """``encoder_lib.MultiHeadAttention`` with ``weights``, in ``dtype``, in train or eval mode."""
     with reference_mode():
         D = weights["out_proj.weight"].shape[0]
         ref = encoder_lib.MultiHeadAttention(D, H, dropout).to(dtype).train(train)
-        ref.load_state_dict(weights)
-        if backward is None:
-            with torch.no_grad():
-                return ref(*tensors)
-        leaves = [t.clone().requires_grad_() for t in tensors[:3]]
-        return torch.autograd.grad(ref(*leaves, *tensors[3:]), leaves, backward)
+    ref.load_state_dict(weights)
+    return ref
 
 
 _SLOT = ("queries", "keys", "values")
@@ -674,12 +673,9 @@ def _mha_case(
     args = (*tensors, *(() if mask is None else (mask,)))
     expected = _reference(weights, H, p, dtype, train, *args)
     extra: dict[str, Any] = {}
-    grads = None
     if grad:
         upstream = (randn(B, L_q, D, seed=seed + 20), randn(B, H, L_q, L_k, seed=seed + 21))
         extra = {"grad": ("args[0]", "args[1]", "args[2]"), "upstream": upstream}
-        backward = _reference(weights, H, p, dtype, train, *args, backward=upstream)
-        grads = dict(zip(extra["grad"], backward, strict=True))
     init = (D, H) if dropout is None else (D, H, dropout)
     mode = " in training mode" if train else (" in eval mode" if dropout else "")
     dtype_text = "" if dtype == torch.float64 else f" ({str(dtype).removeprefix('torch.')})"
@@ -746,7 +742,7 @@ def _mha_case(
             weight_hints,
         ),
         order=(1, 0),
-        grads=grads,
+        reference=_module(weights, H, p, dtype, train) if grad else None,
         module=_MODULE,
         inputs={"args[0]": "query", "args[1]": "key", "args[2]": "value", "args[3]": "mask"},
         failure_hint=_forward_hint,

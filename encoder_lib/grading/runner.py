@@ -64,6 +64,7 @@ from .observe import (
     namespace_of,
     observe,
     student_mode,
+    tensors_of,
 )
 
 __all__ = [
@@ -71,6 +72,7 @@ __all__ = [
     "Case",
     "Exercise",
     "ModuleSpec",
+    "Unchanged",
     "EXERCISES",
     "STEP_MISTAKES",
     "UNEXPLAINED",
@@ -84,7 +86,10 @@ __all__ = [
     "mismatch",
     "randn",
     "keep_first",
+    "redrawn",
+    "reference_grads",
     "reference_mode",
+    "reference_value",
 ]
 
 Ask = Callable[[Call], Observation]
@@ -211,8 +216,9 @@ class Case:
     call: Call
     what: str
     """The call as the student reads it: ``"layer_norm(x, weight, bias) with x of shape ..."``."""
-    expected: Any
-    """The reference's value (a tensor, a tuple of tensors, an int...), or a function giving it."""
+    expected: Any = None
+    """The reference's value (a tensor, a tuple of tensors, an int...), or a function giving it;
+    derived from ``reference`` when that is given instead."""
     mistakes: Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None = None
     """Description -> the value that mistake gives (same structure as ``expected``; a None slot
     is not compared). Computed only when the answer is wrong if given as a function."""
@@ -255,6 +261,18 @@ class Case:
     no catalogue entry and no probe names is then localised (``locate.explain``): the first
     sub-module that gets something else than in the reference, or the combination of their
     results."""
+    reference: Callable[..., Any] | None = None
+    """What a right answer computes: the reference function, or the reference module built,
+    in the call's dtype and mode. ``expected`` and ``grads``, when not given, are derived from
+    it (``reference_value``, ``reference_grads``): the case then holds only its inputs."""
+
+    def __post_init__(self) -> None:
+        if self.reference is None:
+            return
+        if self.expected is None:
+            self.expected = reference_value(self.reference, self.call)
+        if self.grads is None and self.call.upstream is not None:
+            self.grads = reference_grads(self.reference, self.call)
 
 
 @dataclass
@@ -979,7 +997,42 @@ def _check_grads(case: Case, slots, obs: Observation, full: bool = True) -> None
         )
 
 
+# --- probes -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Unchanged:
+    """A probe for an invariance of the reference: ``call`` with ``args`` in place of its own
+    arguments gives the same output (the first of a pair) at ``where``. When the answer's output
+    changes there (the padding leaks into real positions, the last position into earlier ones),
+    ``mistake`` is the message. ``when`` False: the case has no such invariance to try."""
+
+    call: Call
+    args: tuple[Any, ...]
+    mistake: str
+    where: Any = Ellipsis
+    when: bool = True
+
+    def __call__(self, obs: Observation, ask: Ask) -> str | None:
+        if not self.when:
+            return None
+        before, after = obs.value, ask(replace(self.call, args=self.args)).value
+        if isinstance(before, tuple | list):
+            before, after = before[0], after[0] if isinstance(after, tuple | list) else None
+        if not isinstance(after, torch.Tensor) or after.shape != before.shape:
+            return None
+        return None if close(after[self.where], before[self.where], 1e-5, 1e-4) else self.mistake
+
+
 # --- inputs --------------------------------------------------------------------------------------
+
+
+def redrawn(x: torch.Tensor, where: Any, seed: int, scale: float = 1.0) -> torch.Tensor:
+    """A copy of ``x`` with ``x[where]`` drawn again (``randn`` with ``seed``, times ``scale``):
+    the input of an ``Unchanged`` probe."""
+    other = x.clone()
+    other[where] = randn(*other[where].shape, seed=seed).to(x.dtype) * scale
+    return other
 
 
 def randn(*shape: int, seed: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
@@ -998,7 +1051,50 @@ def keep_first(lengths: Sequence[int], length: int, extra_axes: int = 2) -> torc
 # --- the reference side --------------------------------------------------------------------------
 
 
-def reference_mode():
-    """Run the reference the way the student's code runs: deterministic dropout (no forbidden
-    built-ins are trapped for it)."""
-    return student_mode("")
+def reference_mode(seed: int = 0):
+    """Run the reference the way the student's code runs: deterministic dropout, torch's
+    generator seeded with ``seed`` (no forbidden built-ins are trapped for it)."""
+    return student_mode("", seed)
+
+
+def reference_value(reference: Callable[..., Any], call: Call) -> Any:
+    """``reference`` on copies of ``call``'s arguments, run as the student's code is (one
+    thread, the call's seed), without gradients."""
+    args, kwargs = _arguments(call)
+    with reference_mode(call.seed), torch.no_grad():
+        return reference(*args, **kwargs)
+
+
+def reference_grads(reference: Callable[..., Any], call: Call) -> dict[str, torch.Tensor]:
+    """The gradients a right answer gives on ``call``: ``reference`` (a function, or a module
+    with its parameters) run on copies of the arguments as the student's code is, then
+    ``sum(output * upstream)`` backpropagated into the inputs ``call.grad`` names ("parameters":
+    every parameter of the module), by the names ``Observation.grads`` uses, in the order of
+    ``call.grad``."""
+    args, kwargs = _arguments(call)
+    inputs = named_tensors(args, kwargs)
+    tracked: dict[str, torch.Tensor] = {}
+    for name in call.grad:  # in the call's order: the first wrong gradient is the one reported
+        if name == "parameters" and isinstance(reference, torch.nn.Module):
+            tracked |= {f"parameters.{n}": p for n, p in reference.named_parameters()}
+        elif name in inputs:
+            tracked[name] = inputs[name].requires_grad_()
+    with reference_mode(call.seed):
+        outputs = tensors_of(reference(*args, **kwargs))
+    upstream = call.upstream or ()
+    pairs = [(o, u) for o, u in zip(outputs, upstream, strict=False) if o.requires_grad]
+    loss = sum((o * u.to(o.dtype)).sum() for o, u in pairs)
+    grads = torch.autograd.grad(loss, list(tracked.values()), allow_unused=True)
+    return {name: g for name, g in zip(tracked, grads, strict=True) if g is not None}
+
+
+def _arguments(call: Call) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """Copies of ``call``'s arguments (one per distinct tensor, as the student's code gets)."""
+    copies: dict[int, torch.Tensor] = {}
+
+    def copy(v: Any) -> Any:
+        if isinstance(v, torch.Tensor):
+            return copies.setdefault(id(v), v.detach().clone())
+        return tuple(copy(x) for x in v) if isinstance(v, tuple) else v
+
+    return copy(call.args), {k: copy(v) for k, v in call.kwargs.items()}

@@ -14,7 +14,7 @@ from test_catalogue import NOTEBOOKS, own_test_cell, run_test_cells
 from variants import Variant
 
 from encoder_lib import grading
-from encoder_lib.grading import GradingError, runner
+from encoder_lib.grading import GradingError, observe, runner
 
 # step -> answers it alone gets right: (assignment, variant name). "subclass:<cell>" is the
 # reference answer of that cell rewritten to return a Tensor subclass.
@@ -215,3 +215,115 @@ def test_spared_dependents_lose_only_the_cell_of_the_mistake(monkeypatch, assign
     errors = run_test_cells(notebook, {variant.cell: variant.source})
     failing = {cell for cell, error in errors.items() if error is not None}
     assert failing == {own_test_cell(notebook, variant.cell)}
+
+
+# --- the reference side: a case derives its expected value and gradients from the reference -----
+
+
+def _by_hand(fn, args, upstream):
+    """Gradients of sum(fn(*args) * upstream) with respect to every float argument, by autograd."""
+    leaves = [a.clone().requires_grad_() for a in args]
+    (fn(*leaves) * upstream).sum().backward()
+    return [leaf.grad for leaf in leaves]
+
+
+def test_a_case_derives_its_expected_value_and_gradients_from_the_reference():
+    x, w = runner.randn(2, 3, seed=1), runner.randn(3, seed=2)
+    upstream = runner.randn(2, 3, seed=3)
+    fn = lambda x, w: torch.tanh(x) * w  # noqa: E731
+    call = runner.Call("f", "f", (x, w), grad=("args[1]", "args[0]"), upstream=(upstream,))
+    case = runner.Case(call, "f(x, w)", reference=fn)
+    assert torch.equal(case.expected, fn(x, w))
+    grad_x, grad_w = _by_hand(fn, (x, w), upstream)
+    assert list(case.grads) == ["args[1]", "args[0]"]  # the order the call asks them in
+    assert torch.equal(case.grads["args[0]"], grad_x)
+    assert torch.equal(case.grads["args[1]"], grad_w)
+    assert x.grad is None and not x.requires_grad  # the call's own tensors are left alone
+
+
+def test_a_given_expected_value_is_kept_and_no_gradient_is_asked_without_upstream():
+    x = runner.randn(4, seed=4)
+    case = runner.Case(runner.Call("f", "f", (x,)), "f(x)", expected=x * 2, reference=torch.sin)
+    assert torch.equal(case.expected, x * 2) and case.grads is None
+
+
+def test_a_tensor_passed_twice_gets_the_gradient_of_both_uses_as_the_student_code_does():
+    x, upstream = runner.randn(3, 2, seed=5), runner.randn(3, 3, seed=6)
+    call = runner.Call("f", "f", (x, x), grad=("args[0]",), upstream=(upstream,))
+    case = runner.Case(call, "f(x, x)", reference=lambda q, k: q @ k.T)
+    (want,) = _by_hand(lambda a: a @ a.T, (x,), upstream)
+    assert torch.allclose(case.grads["args[0]"], want, atol=1e-12, rtol=0)
+
+
+def test_a_module_reference_gives_its_parameters_gradients_by_the_observed_names():
+    layer = torch.nn.Linear(3, 2).double()
+    x, upstream = runner.randn(4, 3, seed=7), runner.randn(4, 2, seed=8)
+    call = runner.Call("L", "L", (x,), grad=("args[0]", "parameters"), upstream=(upstream,))
+    grads = runner.reference_grads(layer, call)
+    assert list(grads) == ["args[0]", "parameters.weight", "parameters.bias"]
+    assert torch.allclose(grads["parameters.weight"], upstream.T @ x, atol=1e-12, rtol=0)
+    assert torch.allclose(grads["parameters.bias"], upstream.sum(0), atol=1e-12, rtol=0)
+    assert torch.allclose(grads["args[0]"], upstream @ layer.weight.detach(), atol=1e-12, rtol=0)
+    assert layer.weight.grad is None  # nothing accumulates in the reference module
+
+
+def test_the_reference_runs_with_the_call_seed_and_deterministic_dropout_as_student_code_does():
+    x = torch.ones(1000, dtype=torch.float64)
+    noisy = lambda t: t + torch.rand_like(t)  # noqa: E731
+    first = runner.reference_value(noisy, runner.Call("f", "f", (x,), seed=1))
+    again = runner.reference_value(noisy, runner.Call("f", "f", (x,), seed=1))
+    other = runner.reference_value(noisy, runner.Call("f", "f", (x,), seed=2))
+    assert torch.equal(first, again) and not torch.equal(first, other)
+    dropped = runner.reference_value(
+        lambda t: torch.nn.functional.dropout(t, 0.5), runner.Call("f", "f", (x,), seed=1)
+    )
+    assert torch.equal(dropped, observe.deterministic_dropout(x, 0.5, True))
+
+
+# --- the invariance probe ------------------------------------------------------------------------
+
+
+def _asked(answer):
+    """An ``Ask`` running ``answer`` (no trap, no wire) that counts its calls."""
+    calls = []
+
+    def ask(call):
+        calls.append(call)
+        return observe.Observation(value=answer(*call.args))
+
+    return ask, calls
+
+
+def test_unchanged_names_its_mistake_only_where_the_output_changes():
+    x = runner.randn(2, 4, 3, seed=9)
+    call = runner.Call("f", "f", (x,))
+    last = runner.redrawn(x, (slice(None), -1), seed=10)
+    assert torch.equal(last[:, :-1], x[:, :-1]) and not torch.equal(last[:, -1], x[:, -1])
+    causal = lambda t: t.cumsum(dim=1)  # noqa: E731  (position i sees positions <= i)
+    mixing = lambda t: t + t.mean(dim=1, keepdim=True)  # noqa: E731  (every position sees all)
+    before_last = (slice(None), slice(None, -1))
+    probe = runner.Unchanged(call, (last,), "sees the future", before_last)
+    for answer, said in ((causal, None), (mixing, "sees the future")):
+        ask, calls = _asked(answer)
+        assert probe(observe.Observation(value=answer(x)), ask) == said
+        assert [c.args[0] is last for c in calls] == [True]
+    everywhere = runner.Unchanged(call, (last,), "changed")  # the last position changes too
+    ask, _ = _asked(causal)
+    assert everywhere(observe.Observation(value=causal(x)), ask) == "changed"
+
+
+def test_unchanged_compares_the_first_of_a_pair_and_asks_nothing_when_off():
+    x = runner.randn(3, 2, seed=11)
+    call = runner.Call("f", "f", (x,))
+    pair = lambda t: (t.cumsum(dim=0), t)  # noqa: E731
+    other = runner.redrawn(x, -1, seed=12)
+    ask, calls = _asked(pair)
+    assert (
+        runner.Unchanged(call, (other,), "leak", slice(0, -1))(
+            observe.Observation(value=pair(x)), ask
+        )
+        is None
+    )
+    off = runner.Unchanged(call, (other,), "leak", when=False)
+    ask, calls = _asked(pair)
+    assert off(observe.Observation(value=pair(x)), ask) is None and calls == []
