@@ -1079,7 +1079,8 @@ _FF_MISTAKES = {
 def _ff_case(shape, d_ff: int, p: float, train: bool, seed: int) -> Case:
     D = shape[-1]
     torch_ff = nn.Sequential()
-    torch_ff.linear1, torch_ff.linear2 = nn.Linear(D, d_ff), nn.Linear(d_ff, D)
+    with torch.random.fork_rng(devices=[]):  # the notebook's random stream is not drawn from
+        torch_ff.linear1, torch_ff.linear2 = nn.Linear(D, d_ff), nn.Linear(d_ff, D)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         torch_ff.linear1.reset_parameters()
@@ -1196,7 +1197,9 @@ def _attention_hint(failure: Failure) -> str | None:
 
 
 def _mha_case(B, L, D, H, p, lengths, train: bool, seed: int) -> Case:
-    torch_mha = nn.MultiheadAttention(D, H, dropout=p, batch_first=True)
+    with torch.random.fork_rng(devices=[]):  # its weights from the seed, not the notebook's
+        torch.manual_seed(seed)
+        torch_mha = nn.MultiheadAttention(D, H, dropout=p, batch_first=True)
     state = _randomised(torch_mha, seed)
     x = _float32(B, L, D, seed=seed + 1)
     keep = None if lengths is None else _keep(lengths, L)

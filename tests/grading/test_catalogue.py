@@ -2,7 +2,8 @@
 answer cells run in a notebook-like namespace (one replaced by the variant or by its released
 stub), then each test cell's source runs as written, visible and hidden parts together.
 
-- the reference solution keeps every test cell's points, printing only its "Correct: ..." lines;
+- the reference solution keeps every test cell's points, printing only its "Correct: ..." lines,
+  and leaves the notebook's random state and torch's thread count alone;
 - a buggy answer scores 0 on exactly the test cells it lists, and the test cell that grades its
   own answer cell names the mistake (``says``) and its id; a test cell that says the mistake
   lives in the answer (``also_says``) records that answer's test cell as the mistake's root;
@@ -10,7 +11,9 @@ stub), then each test cell's source runs as written, visible and hidden parts to
 - a correct answer keeps every point, silently;
 - an untouched stub makes its test cell say "not written yet";
 - an answer that returns a Tensor subclass (which could lie in ``__torch_function__``) instead of
-  plain tensors is refused, wherever in its output the subclass sits.
+  plain tensors is refused, wherever in its output the subclass sits;
+- every verdict is the same when each call and observation goes through ``wire`` (as between
+  nbgrader's process and the student's kernel at autograde) as when judged in one process.
 
 Topic-specific behaviour (forbidden built-ins, tampering, loaders...) is tested beside it, in
 test_<topic>_checks.py.
@@ -19,7 +22,14 @@ test_<topic>_checks.py.
 from __future__ import annotations
 
 import pytest
-from notebook_namespace import SolutionNotebook, expect_exported, returning_subclass, stub
+import torch
+from notebook_namespace import (
+    SolutionNotebook,
+    expect_exported,
+    returning_subclass,
+    stub,
+    verdicts_here_and_wired,
+)
 from variants import ASSIGNMENTS, Variant
 
 from encoder_lib import grading
@@ -38,7 +48,11 @@ def run_test_cells(
     notebook: SolutionNotebook, replace: dict[str, str] | None = None
 ) -> dict[str, GradingError | None]:
     """Each test cell's ``GradingError`` (which scores it 0), or None when it keeps its points."""
-    namespace = notebook.namespace(replace)
+    return grade_test_cells(notebook, notebook.namespace(replace))
+
+
+def grade_test_cells(notebook: SolutionNotebook, namespace: dict) -> dict[str, GradingError | None]:
+    """``run_test_cells`` in a namespace already built."""
     errors: dict[str, GradingError | None] = {}
     for test_cell in notebook.tests:
         try:
@@ -73,8 +87,14 @@ def test_variants_fit_the_notebook(assignment):
 
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
 def test_reference_solution_keeps_every_point_silently(assignment, capsys, recwarn):
+    """... and leaves the notebook's random state and torch's thread count as they were."""
     notebook = NOTEBOOKS[assignment]
-    errors = run_test_cells(notebook)
+    namespace = notebook.namespace()
+    torch.manual_seed(123)
+    state, threads = torch.get_rng_state(), torch.get_num_threads()
+    errors = grade_test_cells(notebook, namespace)
+    assert torch.equal(torch.get_rng_state(), state), "a check used the notebook's random state"
+    assert torch.get_num_threads() == threads
     assert errors == dict.fromkeys(notebook.tests)
     captured = capsys.readouterr()
     lines = captured.out.splitlines()
@@ -118,6 +138,28 @@ def test_untouched_stub_says_not_written_yet(assignment, answer):
     errors = run_test_cells(notebook, {answer: stub(notebook.source(answer))})
     message = str(errors[own_test_cell(notebook, answer)])
     assert "not written yet" in message and "NotImplementedError" in message, message
+
+
+# --- through the wire ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("assignment", "answer"),
+    [(a, answer) for a, notebook in NOTEBOOKS.items() for answer in notebook.answers],
+)
+def test_every_verdict_is_the_same_through_the_wire(assignment, answer):
+    """The exercise of ``answer``'s test cell, thoroughly, on the solution and on every variant
+    of ``answer``: the verdict judged here and the verdict with every call and observation
+    encoded and decoded by ``wire`` are the same text (None: passed)."""
+    notebook = NOTEBOOKS[assignment]
+    test_cell = own_test_cell(notebook, answer)
+    variants = [v for v in [*notebook.buggy, *notebook.correct] if v.cell == answer]
+    for variant in [None, *variants]:
+        namespace = notebook.namespace({} if variant is None else {answer: variant.source})
+        here, wired = verdicts_here_and_wired(namespace, test_cell)
+        name = "the solution" if variant is None else variant.name
+        assert here == wired, name
+        assert (here is None) == (variant is None or test_cell not in variant.fails), name
 
 
 # --- Tensor subclasses ---------------------------------------------------------------------------

@@ -16,7 +16,6 @@ from notebook_namespace import (
     Check,
     SolutionNotebook,
     stub,
-    verdicts_here_and_wired,
 )
 from variants import Variant
 
@@ -76,15 +75,6 @@ def test_about_ten_points_over_the_four_exercises():
         "test_decoder_layer": 4,
         "test_greedy_decode": 2,
     }
-
-
-def test_reference_solution_passes_silently_and_leaves_the_random_state(capsys):
-    namespace = NOTEBOOK.namespace()
-    state = torch.get_rng_state()
-    for test_cell in CHECKS:
-        NOTEBOOK.run(test_cell, namespace, thorough=True)
-    assert torch.equal(torch.get_rng_state(), state), "a check used the notebook's random state"
-    assert capsys.readouterr() == ("", "")
 
 
 def test_the_issues_mistakes_are_all_named():
@@ -155,14 +145,6 @@ def test_the_given_attention_may_use_the_fused_kernel():
 
 WIRED = [v for v in BUGGY + CORRECT if v.cell in ("cross_attention", "greedy_decode")]
 WIRED += [v for v in BUGGY if v.name in ("causal_triu", "causal_calls_attention_twice")]
-
-
-@pytest.mark.parametrize("variant", WIRED, ids=[v.name for v in WIRED])
-def test_answers_given_parts_are_judged_the_same_through_the_wire(variant: Variant):
-    namespace = NOTEBOOK.namespace({variant.cell: variant.source})
-    verdicts = verdicts_here_and_wired(namespace, f"test_{variant.cell}")
-    assert verdicts[0] == verdicts[1]
-    assert (verdicts[0] is None) == (f"test_{variant.cell}" not in variant.fails)
 
 
 @pytest.mark.parametrize("test_cell", list(CASES))

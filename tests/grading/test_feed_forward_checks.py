@@ -128,18 +128,6 @@ def test_the_ffn_may_use_f_gelu_but_gelu_may_not():
         grading.check_gelu(F.gelu)
 
 
-def test_checks_leave_the_global_random_state_and_threads_alone():
-    namespace = NOTEBOOK.namespace()
-    torch.manual_seed(123)
-    expected = torch.rand(5)
-    torch.manual_seed(123)
-    threads = torch.get_num_threads()
-    for test_cell in CHECKS:
-        NOTEBOOK.autograde(test_cell, namespace)
-    assert torch.equal(torch.rand(5), expected)
-    assert torch.get_num_threads() == threads
-
-
 # --- dropout in train mode -----------------------------------------------------------------------
 
 

@@ -1,7 +1,9 @@
 """Every verdict names its mistake with an id that does not change when the wording does.
 
 - every catalogue entry of every registered exercise is a ``Mistake`` with a well-formed id
-  (a topic module added later is checked too: it declares its ids the same way);
+  (a topic module added later is checked too: it declares its ids the same way), and each id
+  gives a value other than the reference's on some case of its exercise (else it could never
+  be named);
 - each generic step gives its own id (``runner.STEP_MISTAKES``), which no catalogue entry
   takes (but ``mismatch``, for a probe that only describes a difference);
 - a failure that comes from an earlier exercise carries that exercise's mistake and test cell.
@@ -35,6 +37,35 @@ STEP_IDS = {
 }
 """The witness of each generic step (test_runner.WITNESSES) -> the id its failure carries; the
 other witnesses are named by their exercise's catalogue."""
+
+
+SEEN_ONLY_WITH_AN_ANSWER = {("test_jax_encoder_block", "dropout-on-the-sum")}
+"""Mistakes that show only in training mode, where the case's values are computed from the
+dropout masks the answer records: test_jax_checks.py tries them with recorded masks."""
+
+
+@pytest.mark.parametrize("test_cell", sorted(runner.EXERCISES))
+def test_every_named_mistake_can_be_told_from_the_reference(test_cell):
+    """Each mistake id of the exercise's catalogue (and of its gradient mistakes) gives, on at
+    least one case, a value the reference's is not close to: an entry equal to the reference
+    everywhere could never be named. (An entry may equal it on one case: a scale of sqrt(d_head)
+    left out is no mistake when d_head = 1.)"""
+    differs: dict[str, bool] = {}
+    for case in runner.EXERCISES[test_cell].cases(True):
+        if case.judge is not None:  # judged by properties: no catalogue of values
+            continue
+        atol, rtol = case.atol or 1e-6, case.rtol or 1e-5
+        want = runner._resolve(case.expected)
+        entries = [(m, v, want) for m, v in (runner._resolve(case.mistakes) or {}).items()]
+        grads = runner._resolve(case.grads) or {}
+        entries += [(m, v, grads[n]) for n, w in case.grad_mistakes.items() for m, v in w.items()]
+        for mistake, value, right in entries:
+            mid = mistake.id
+            differs[mid] = differs.get(mid, False) or not runner.close(value, right, atol, rtol)
+    never = {mid for mid, d in differs.items() if not d} - {
+        mid for cell, mid in SEEN_ONLY_WITH_AN_ANSWER if cell == test_cell
+    }
+    assert never == set()
 
 
 @pytest.mark.parametrize("test_cell", sorted(runner.EXERCISES))
