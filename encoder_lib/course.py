@@ -1,20 +1,17 @@
 """What every notebook's setup cell calls: the same seed, thread count and quiet warnings
-locally, on Binder and under nbgrader; and the hints that tell a student which cells to run
-when a cell needs one that has not run (after a kernel restart, for example)."""
+locally, on Binder and under nbgrader, and the hints that tell a student which cells to run
+after a kernel restart (``encoder_lib.grading.restart_hints``, installed from here and by every
+test cell's ``from encoder_lib import grading``)."""
 
 from __future__ import annotations
 
 import os
-import re
 import sys
-import traceback
 import warnings
 
 import torch
 
 __all__ = [
-    "SETUP_NAMES",
-    "install_hints",
     "jax_cache_dir",
     "setup_notebook",
     "use_jax_compilation_cache",
@@ -43,8 +40,9 @@ def setup_notebook(seed: int = 0, threads: int = 1) -> None:
     # PyTorch warns when nn.TransformerEncoder cannot use nested tensors; nbgrader would score a
     # test cell that prints it on stderr 0.
     warnings.filterwarnings("ignore", message="enable_nested_tensor is True")
-    _setup_done[0] = True
-    install_hints()
+    from .grading import restart_hints  # below this module: the notebook's grading package
+
+    restart_hints.install_hints(setup_done=True)
     if "jax" in sys.modules:  # notebook 10
         use_jax_compilation_cache()
     versions = [f"torch {_major_minor(torch.__version__)}"]
@@ -115,106 +113,3 @@ def use_jax_compilation_cache(path: str | None = None) -> str | None:
 def _major_minor(version: str) -> str:
     """``2.13.0+cpu`` -> ``2.13``: the same on every machine with the pinned package."""
     return ".".join(version.split("+")[0].split(".")[:2])
-
-
-SETUP_NAMES = frozenset(
-    "math os sys torch F nn plt widgets encoder_lib grading pretraining "
-    "jax jnp nnx jax_bridge".split()
-)
-"""The names the notebooks' setup cell imports for the student's code
-(tests/test_restart_hints.py checks the list against every setup cell)."""
-
-_setup_done = [False]
-
-
-def install_hints(shell=None) -> None:
-    """Make the NameErrors of a kernel that has not run what it needs say what to run.
-
-    After a kernel restart nothing is defined until the cells run again, and students often run
-    the cell in front of them first. Then:
-
-    - a test cell naming an answer that is not defined says which cells to run (the setup cell
-      first if it has not run) in three lines, instead of Python's traceback;
-    - a check whose answer raised ``NameError`` for a name the setup cell imports (``math``,
-      ``torch``, ``F``...) says to run the setup cell (the first code cell);
-    - every other error is shown as IPython always shows it.
-
-    ``setup_notebook`` calls it, and so does ``import encoder_lib.grading`` (every test cell's
-    first line), so that it holds before the setup cell has run. Outside IPython it does nothing.
-    """
-    shell = shell if shell is not None else _ipython()
-    if shell is None:
-        return
-    from .grading.feedback import GradingError
-
-    shell.set_custom_exc((NameError, GradingError), _explain)
-
-
-def _ipython():
-    module = sys.modules.get("IPython")
-    return module.get_ipython() if module is not None else None
-
-
-def _explain(shell, etype, value, tb, tb_offset=None):
-    """IPython calls this instead of showing a NameError or a failed check: it must show it."""
-    if isinstance(value, NameError):
-        lines = _name_error(shell, value, tb)
-        if lines is not None:
-            shell._showtraceback(etype, value, lines)
-            return None
-    elif _setup_name_missing(shell, value):
-        value.headline = "cannot be checked yet"
-    shell.showtraceback((etype, value, tb), tb_offset=tb_offset, running_compiled_code=True)
-    return None
-
-
-_RAISED = re.compile(r"raised NameError: name '(\w+)' is not defined\.?")
-_SETUP_CELL = "the setup cell (the first code cell)"
-
-
-def _setup_name_missing(shell, error) -> bool:
-    """If ``error`` (a failed check) comes from a setup-cell name the kernel lacks, say so in it."""
-    found = _RAISED.search(getattr(error, "problem", ""))
-    if not found or found[1] not in SETUP_NAMES or found[1] in shell.user_ns:
-        return False
-    error.problem = (
-        f"{error.problem.rstrip('.')}. {found[1]} is imported by {_SETUP_CELL}, which has not "
-        "run in this kernel (after a restart nothing has): run the setup cell first, then this "
-        "cell again."
-    )
-    return True
-
-
-def _name_error(shell, error: NameError, tb) -> list[str] | None:
-    """The short block for a NameError that running earlier cells would fix, else None."""
-    name = getattr(error, "name", None)
-    frames = traceback.extract_tb(tb)
-    line = (frames[-1].line or "") if frames else ""
-    if not name:
-        return None
-    headline = "cannot be checked yet"
-    if name in SETUP_NAMES and name not in shell.user_ns:
-        headline = "needs the setup cell"
-        problem = (
-            f"{name} is not defined: {_SETUP_CELL} imports it and has not run in this kernel "
-            "(after a restart nothing has). Run the setup cell first, then the cells above this "
-            "one, then this one."
-        )
-    elif "grading.check_" in line and not _setup_done[0]:
-        problem = (
-            f"{name} is not defined, and the setup cell has not run in this kernel (after a "
-            f"restart nothing has). Run {_SETUP_CELL} first, then the cell that defines {name} "
-            "(and the cells above it), then this one."
-        )
-    elif "grading.check_" in line:
-        problem = (
-            f"{name} is not defined: run the cell that defines it (and the cells above it), "
-            "then this one."
-        )
-    else:
-        return None
-    from .grading.feedback import GradingError
-
-    block = GradingError(problem)
-    block.headline = headline
-    return block.lines(colour=True)

@@ -13,7 +13,6 @@ records what happened; the judging never happens where a student could reach it 
 comes back in nbgrader's own process.
 """
 
-from ..course import install_hints as _install_hints
 from . import (
     attention_checks,
     capstone_checks,
@@ -25,6 +24,7 @@ from . import (
     masked_lm_checks,
     modern_checks,
     multi_head_checks,
+    restart_hints,
 )
 from .attention_checks import *  # noqa: F403
 from .capstone_checks import *  # noqa: F403
@@ -40,8 +40,8 @@ from .multi_head_checks import *  # noqa: F403
 from .runner import EXERCISES
 
 # Every test cell's first line imports this package: its NameErrors say what to run even when
-# the setup cell has not run since the kernel restarted (encoder_lib.course.install_hints).
-_install_hints()
+# the setup cell has not run since the kernel restarted.
+restart_hints.install_hints()
 
 __all__ = [
     "EXERCISES",
