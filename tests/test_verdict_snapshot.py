@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import copy
+import json
 
-from tools.verdict_snapshot import Planned, declared_problems, differences
+from tools.verdict_snapshot import Planned, against_saved, declared_problems, differences
 
 VERDICT = {"exercise": "layer_norm", "title": "Exercise 1 · layer_norm", "passed": True}
 SNAPSHOT = {
@@ -58,3 +59,15 @@ def test_failing_cells_are_checked_against_what_each_variant_declares():
         "bug-x/03: failed ['test_a'], declared ['test_b']",
         "stub/03: failed [], declared ['test_a', 'test_b']",
     ]
+
+
+def test_a_saved_snapshot_is_compared_on_the_submissions_graded_now(tmp_path):
+    (tmp_path / "warm.json").write_text(json.dumps(SNAPSHOT))
+    now = {"ref/03": copy.deepcopy(SNAPSHOT["ref/03"])}
+    assert against_saved(tmp_path, "warm", now) == []  # bug-x/03 was not graded now
+    now["ref/03"]["cells"]["test_b"]["score"] = [0.0, False]
+    now["new/03"] = copy.deepcopy(SNAPSHOT["ref/03"])
+    lines = against_saved(tmp_path, "warm", now)
+    assert lines[0] == f"new/03: not in {tmp_path}/warm.json"
+    assert lines[1] == "ref/03, test_b: score saved warm [3.0, False], now warm [0.0, False]"
+    assert len(lines) == 2

@@ -3,6 +3,7 @@
     python -m tools.verdict_snapshot                       # every notebook, every variant
     python -m tools.verdict_snapshot --assignments 03_layer_norm 04_feed_forward
     python -m tools.verdict_snapshot --variants 3 --save /tmp/snapshot   # 3 per answer cell
+    python -m tools.verdict_snapshot --kernels warm --against /tmp/snapshot  # after a change
 
 The class: for every notebook, the reference answers, the student version untouched (every answer
 still the stub) and one submission per variant of ``tests/variants`` (the reference with that
@@ -20,8 +21,12 @@ variant's failing cells are also checked against the cells it declares (``Varian
 that "identical" cannot mean "identically wrong".
 
 ``--save DIR`` writes both snapshots as JSON (``warm.json``, ``cold.json``: student -> cell ->
-what was decided) for a diff by eye. The whole class (722 submissions) takes about an hour on two
-cores: notebook 10's submissions compile JAX programs and cost several times the others'.
+what was decided) for a diff by eye. ``--against DIR`` compares each snapshot taken now with the
+one of the same kernel kind saved there (by an earlier ``--save``, of the same submissions or
+more): how a change of the checks is shown to decide every submission as before.
+``--kernels warm`` (or ``cold``) grades with one kind only. The whole class (722 submissions)
+takes about an hour on two cores with both kinds: notebook 10's submissions compile JAX programs
+and cost several times the others'.
 """
 
 from __future__ import annotations
@@ -142,25 +147,38 @@ def _text(output: dict) -> str:
 # --- comparing -----------------------------------------------------------------------------------
 
 
-def differences(warm: dict, cold: dict) -> list[str]:
-    """Every way the two snapshots (student/assignment -> decided) differ, one line each."""
+def differences(warm: dict, cold: dict, names: tuple[str, str] = MODES) -> list[str]:
+    """Every way the two snapshots (student/assignment -> decided) differ, one line each;
+    ``names``: what the two are called in the lines."""
     lines = []
+    a, b = names
     for sub in sorted(set(warm) | set(cold)):
         w, c = warm.get(sub), cold.get(sub)
         if w is None or c is None:
-            lines.append(f"{sub}: graded {'warm' if w else 'cold'} only")
+            lines.append(f"{sub}: graded {a if w else b} only")
             continue
         for what in ("flagged", "reasons"):
             if w[what] != c[what]:
-                lines.append(f"{sub}: {what} warm {w[what]!r}, cold {c[what]!r}")
+                lines.append(f"{sub}: {what} {a} {w[what]!r}, {b} {c[what]!r}")
         for cell in sorted(set(w["cells"]) | set(c["cells"])):
             wc, cc = w["cells"].get(cell, {}), c["cells"].get(cell, {})
             for what in sorted(set(wc) | set(cc)):
                 if wc.get(what) != cc.get(what):
                     lines.append(
-                        f"{sub}, {cell}: {what} warm {wc.get(what)!r}, cold {cc.get(what)!r}"
+                        f"{sub}, {cell}: {what} {a} {wc.get(what)!r}, {b} {cc.get(what)!r}"
                     )
     return lines
+
+
+def against_saved(saved: Path, mode: str, now: dict) -> list[str]:
+    """``differences`` between the snapshot of ``mode`` saved in ``saved`` (only the submissions
+    graded now) and ``now``."""
+    before = json.loads((saved / f"{mode}.json").read_text())
+    kept = {sub: before.get(sub) for sub in now}
+    missing = [f"{sub}: not in {saved}/{mode}.json" for sub, d in kept.items() if d is None]
+    kept = {sub: d for sub, d in kept.items() if d is not None}
+    now = {sub: d for sub, d in now.items() if sub in kept}
+    return missing + differences(kept, now, (f"saved {mode}", f"now {mode}"))
 
 
 def declared_problems(snapshot: dict, planned: list[Planned], tests: dict[str, dict]) -> list[str]:
@@ -198,7 +216,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variants", type=int, help="at most N buggy and N correct per cell")
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument("--save", type=Path, help="write warm.json and cold.json here")
+    parser.add_argument("--against", type=Path, help="compare with the snapshots saved here")
+    parser.add_argument("--kernels", choices=MODES, help="one kind of kernel only")
     args = parser.parse_args(argv)
+    modes = (args.kernels,) if args.kernels else MODES
 
     from nbgrader.api import Gradebook
 
@@ -218,18 +239,18 @@ def main(argv: list[str] | None = None) -> int:
             specs = {
                 (a, mode): dc.spec(gb, a, (f"--JudgeExecute.kernels={mode}",))
                 for a in assignments
-                for mode in MODES
+                for mode in modes
             }
         jobs = {}
-        snapshots: dict[str, dict] = {mode: {} for mode in MODES}
-        seconds: dict[str, list[float]] = {mode: [] for mode in MODES}
-        print(f"{len(planned)} submissions x {len(MODES)} kernels, {args.processes} processes")
+        snapshots: dict[str, dict] = {mode: {} for mode in modes}
+        seconds: dict[str, list[float]] = {mode: [] for mode in modes}
+        print(f"{len(planned)} submissions x {len(modes)} kernels, {args.processes} processes")
         context = get_context("spawn")
         with ProcessPoolExecutor(args.processes, context, initializer=_start_worker) as pool:
             for p in planned:
                 files = dc.files("submitted", p.student, p.assignment)
                 submission = tasks.Submission(p.student, p.assignment, files)
-                for mode in MODES:
+                for mode in modes:
                     job = pool.submit(decided, specs[p.assignment, mode], submission)
                     jobs[job] = (f"{p.student}/{p.assignment}", mode)
             for done, job in enumerate(as_completed(jobs), 1):
@@ -242,28 +263,34 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.save:
         args.save.mkdir(parents=True, exist_ok=True)
-        for mode in MODES:
+        for mode in modes:
             text = json.dumps(snapshots[mode], indent=1, sort_keys=True)
             (args.save / f"{mode}.json").write_text(text + "\n")
-    n_cells = sum(len(s["cells"]) for s in snapshots["warm"].values())
-    for mode in MODES:
+    n_cells = sum(len(s["cells"]) for s in snapshots[modes[0]].values())
+    for mode in modes:
         mean = sum(seconds[mode]) / max(len(seconds[mode]), 1)
         print(f"{mode}: {len(snapshots[mode])} submissions, {mean:.2f} s a task on its worker")
-    diff = differences(snapshots["warm"], snapshots["cold"])
-    declared = {mode: declared_problems(snapshots[mode], planned, tests) for mode in MODES}
+    diff = differences(snapshots["warm"], snapshots["cold"]) if len(modes) == 2 else []
+    changed = {m: against_saved(args.against, m, snapshots[m]) for m in modes if args.against}
+    declared = {mode: declared_problems(snapshots[mode], planned, tests) for mode in modes}
     for line in diff:
         print("DIFFERENT", line)
-    for mode in MODES:
+    for line in (line for lines in changed.values() for line in lines):
+        print("CHANGED", line)
+    for mode in modes:
         for line in declared[mode]:
             print(f"NOT AS DECLARED ({mode})", line)
     one, five, _ = os.getloadavg()
+    kinds = "identical" if not diff else f"{len(diff)} differences"
+    kinds = f"{kinds} warm and cold" if len(modes) == 2 else f"{modes[0]} kernels only"
+    if args.against:
+        kinds += f"; {sum(map(len, changed.values()))} changed from {args.against}"
     print(
-        f"{len(planned)} submissions, {n_cells} graded cells: "
-        f"{'identical' if not diff else f'{len(diff)} differences'} warm and cold; "
+        f"{len(planned)} submissions, {n_cells} graded cells: {kinds}; "
         f"{sum(map(len, declared.values()))} not as declared; "
         f"{time.perf_counter() - start:.0f} s (load average {one:.1f}, 5 min {five:.1f})"
     )
-    return 1 if diff or any(declared.values()) else 0
+    return 1 if diff or any(changed.values()) or any(declared.values()) else 0
 
 
 if __name__ == "__main__":
