@@ -1094,7 +1094,9 @@ def _arguments(call: Call) -> tuple[tuple[Any, ...], dict[str, Any]]:
 
     def copy(v: Any) -> Any:
         if isinstance(v, torch.Tensor):
-            return copies.setdefault(id(v), v.detach().clone())
+            if id(v) not in copies:
+                copies[id(v)] = v.detach().clone()
+            return copies[id(v)]
         return tuple(copy(x) for x in v) if isinstance(v, tuple) else v
 
     return copy(call.args), {k: copy(v) for k, v in call.kwargs.items()}
