@@ -483,6 +483,16 @@ def _materialise(value: Any, counted: list[_Counted], trace: list[dict] | None =
     return walk(value)
 
 
+def arguments(
+    call: Call, counted: list[_Counted] | None = None, trace: list[dict] | None = None
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """``call``'s arguments as the code it calls receives them (``_materialise``): the student's
+    here, and the reference's in ``runner.reference_value`` and ``reference_grads``."""
+    counted = [] if counted is None else counted
+    args = _materialise(call.args, counted, trace)
+    return args, {k: _materialise(v, counted, trace) for k, v in call.kwargs.items()}
+
+
 def named_tensors(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
     """The tensor arguments by name: ``"args[0]"``... for positional ones, the keyword for the
     others (the first name wins when one tensor is passed twice)."""
@@ -571,8 +581,7 @@ def _run_target(target: Any, call: Call, obs: Observation) -> Observation:
     counted: list[_Counted] = []
     traced = call.options.get(TRACE)
     calls: list[dict] | None = [] if traced else None
-    args = _materialise(call.args, counted, calls)
-    kwargs = {k: _materialise(v, counted, calls) for k, v in call.kwargs.items()}
+    args, kwargs = arguments(call, counted, calls)
     inputs = named_tensors(args, kwargs)
     for name in call.grad:
         if name in inputs:

@@ -60,6 +60,7 @@ from .observe import (
     Failure,
     Observation,
     Opaque,
+    arguments,
     named_tensors,
     namespace_of,
     observe,
@@ -1060,7 +1061,7 @@ def reference_mode(seed: int = 0):
 def reference_value(reference: Callable[..., Any], call: Call) -> Any:
     """``reference`` on copies of ``call``'s arguments, run as the student's code is (one
     thread, the call's seed), without gradients."""
-    args, kwargs = _arguments(call)
+    args, kwargs = arguments(call)
     with reference_mode(call.seed), torch.no_grad():
         return reference(*args, **kwargs)
 
@@ -1071,7 +1072,7 @@ def reference_grads(reference: Callable[..., Any], call: Call) -> dict[str, torc
     ``sum(output * upstream)`` backpropagated into the inputs ``call.grad`` names ("parameters":
     every parameter of the module), by the names ``Observation.grads`` uses, in the order of
     ``call.grad``."""
-    args, kwargs = _arguments(call)
+    args, kwargs = arguments(call)
     inputs = named_tensors(args, kwargs)
     tracked: dict[str, torch.Tensor] = {}
     for name in call.grad:  # in the call's order: the first wrong gradient is the one reported
@@ -1086,17 +1087,3 @@ def reference_grads(reference: Callable[..., Any], call: Call) -> dict[str, torc
     loss = sum((o * u.to(o.dtype)).sum() for o, u in pairs)
     grads = torch.autograd.grad(loss, list(tracked.values()), allow_unused=True)
     return {name: g for name, g in zip(tracked, grads, strict=True) if g is not None}
-
-
-def _arguments(call: Call) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """Copies of ``call``'s arguments (one per distinct tensor, as the student's code gets)."""
-    copies: dict[int, torch.Tensor] = {}
-
-    def copy(v: Any) -> Any:
-        if isinstance(v, torch.Tensor):
-            if id(v) not in copies:
-                copies[id(v)] = v.detach().clone()
-            return copies[id(v)]
-        return tuple(copy(x) for x in v) if isinstance(v, tuple) else v
-
-    return copy(call.args), {k: copy(v) for k, v in call.kwargs.items()}
