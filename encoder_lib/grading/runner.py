@@ -44,10 +44,11 @@ where dropout sits shows in the values.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import Any
 
 import torch
@@ -58,6 +59,7 @@ from .observe import (
     AFTER_CHECK,
     Call,
     Failure,
+    Forbidden,
     Observation,
     Opaque,
     arguments,
@@ -67,11 +69,13 @@ from .observe import (
     student_mode,
     tensors_of,
 )
+from .observe import FORBIDDEN as FORBIDDEN_CALLS
 
 __all__ = [
     "Ask",
     "Case",
     "Exercise",
+    "with_case_fields",
     "ModuleSpec",
     "Unchanged",
     "EXERCISES",
@@ -326,6 +330,8 @@ def register_given(
     name: str | None = None,
     rewrite: Callable[[GradingError, Case, list[Case]], GradingError] | None = None,
     reference: Any = None,
+    forbidden: Forbidden | None = None,
+    **case_fields: Any,
 ) -> Callable[..., None]:
     """Register the exercise whose given code opens with ``given`` and return its check.
 
@@ -333,7 +339,12 @@ def register_given(
     mask=None):"`` (a function) or ``"class FeedForward(nn.Module):"`` (a module class, whose
     ``__init__`` is given too). The rest follows from it: the target (``FeedForward``), the
     exercise's name (``feed_forward``, or ``name``), its test cell (``test_feed_forward``), its
-    title (``Exercise 1 · FeedForward``) and what to keep when the target is of the wrong kind."""
+    title (``Exercise 1 · FeedForward``) and what to keep when the target is of the wrong kind.
+
+    What is the exercise's rather than one case's is said here once: ``forbidden``, what the
+    answer may not call (``observe.FORBIDDEN[name]``), and ``case_fields``, fields of ``Case``
+    (``slots=``, ``letters=``, ``inputs=``, ``module=``, ``failure_hint=``...) given to every
+    case that leaves them at their default (``with_case_fields``)."""
     target = given.split()[1].split("(")[0]
     kind = "class" if given.startswith("class ") else "function"
     name = name or "".join(f"_{c.lower()}" if c.isupper() else c for c in target).lstrip("_")
@@ -341,9 +352,50 @@ def register_given(
     if kind == "class":
         keep += " and its __init__, and write forward."
     title = f"Exercise {number} · {target}"
+    if forbidden is not None:
+        FORBIDDEN_CALLS[name] = forbidden
+    cases = with_case_fields(cases, **case_fields)
     return register(
         Exercise(name, title, target, f"test_{name}", kind, keep, cases, rewrite, reference)
     )
+
+
+_CASE_DEFAULTS = {
+    f.name: f.default if f.default is not MISSING else f.default_factory()  # type: ignore[misc]
+    for f in fields(Case)
+    if f.default is not MISSING or f.default_factory is not MISSING
+}
+
+
+def with_case_fields(
+    cases: Callable[[bool], Iterable[Case]], **case_fields: Any
+) -> Callable[[bool], Iterable[Case]]:
+    """``cases`` with ``case_fields`` (``Case`` field -> value) set on every case that leaves
+    that field at its default: what all of an exercise's cases share, said once. A case that
+    sets the field keeps its own; ``expected`` and ``grads`` are derived again when the shared
+    fields give the reference."""
+    unknown = sorted(set(case_fields) - set(_CASE_DEFAULTS))
+    if unknown:
+        raise TypeError(f"not fields of Case with a default: {', '.join(unknown)}")
+    if not case_fields:
+        return cases
+
+    @functools.wraps(cases)
+    def each(thorough: bool) -> Iterator[Case]:
+        for case in cases(thorough):
+            for name, value in case_fields.items():
+                if _is_default(getattr(case, name), _CASE_DEFAULTS[name]):
+                    setattr(case, name, value)
+            case.__post_init__()
+            yield case
+
+    return each
+
+
+def _is_default(value: Any, default: Any) -> bool:
+    if default is None:
+        return value is None
+    return type(value) is type(default) and not value
 
 
 def catalogue(exercise: Exercise) -> list[tuple[Case, str]]:

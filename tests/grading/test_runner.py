@@ -247,6 +247,25 @@ def test_a_given_expected_value_is_kept_and_no_gradient_is_asked_without_upstrea
     assert torch.equal(case.expected, x * 2) and case.grads is None
 
 
+def test_what_an_exercise_says_once_reaches_every_case_that_does_not_say_otherwise():
+    x = runner.randn(3, seed=9)
+
+    def cases(thorough: bool):
+        yield runner.Case(runner.Call("f", "f", (x,)), "f(x)")
+        yield runner.Case(runner.Call("f", "f", (x,)), "f(x) again", slots=("its own slot",))
+
+    shared = runner.with_case_fields(
+        cases, slots=("the output",), letters=("(L,)",), reference=torch.sin
+    )
+    plain, own = shared(True)
+    assert plain.slots == ("the output",) and own.slots == ("its own slot",)
+    assert own.letters == ("(L,)",)
+    assert torch.equal(plain.expected, torch.sin(x))  # derived once the reference is known
+    assert shared.__module__ == cases.__module__  # the exercise's topic is still its module
+    with pytest.raises(TypeError, match="slot"):
+        runner.with_case_fields(cases, slot=("misspelt",))
+
+
 def test_a_tensor_passed_twice_gets_the_gradient_of_both_uses_as_the_student_code_does():
     x, upstream = runner.randn(3, 2, seed=5), runner.randn(3, 3, seed=6)
     call = runner.Call("f", "f", (x, x), grad=("args[0]",), upstream=(upstream,))
