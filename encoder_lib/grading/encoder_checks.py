@@ -61,6 +61,7 @@ from .runner import (
     Ask,
     Case,
     ModuleSpec,
+    Part,
     Unchanged,
     close,
     keep_first,
@@ -214,6 +215,7 @@ def _pe_case(max_len: int, d_model: int) -> Case:
         ),
         atol=1e-4,
         rtol=0.0,
+        any_float=True,
         messages={
             "dtype": Mistake(
                 "pe-not-float",
@@ -223,14 +225,6 @@ def _pe_case(max_len: int, d_model: int) -> Case:
         },
     )
 
-    def any_float(obs: Observation, ask: Ask) -> None:
-        """Any floating-point dtype is a right answer: compare in the answer's own."""
-        got = obs.value
-        floating = isinstance(got, torch.Tensor) and got.is_floating_point()
-        want = table.to(got.dtype) if floating else table
-        runner.judge(dataclasses.replace(case, judge=None, expected=want), obs, ask)
-
-    case.judge = any_float
     return case
 
 
@@ -738,7 +732,11 @@ def _encoder_case(
             "follows model.to(...))."
         },
     )
-    case.judge = lambda obs, ask: _judge_encoder(s, case, obs, ask)
+    case.before = (
+        lambda obs, ask: _layers_problem(s, obs),
+        Part(lambda obs: _first_input(obs), lambda obs: _first_input_case(s, case, obs)),
+        lambda obs, ask: _run_problem(s, obs),
+    )
     return case
 
 
@@ -754,7 +752,9 @@ def _sequence_first_hint(failure: Failure, B: int, L: int, D: int) -> str | None
     )
 
 
-def _judge_encoder(s: _EncoderSetup, case: Case, obs: Observation, ask: Ask) -> None:
+def _layers_problem(s: _EncoderSetup, obs: Observation) -> None:
+    """Looked at first: the given sub-modules kept, the layers run, the first one with the
+    padding mask."""
     parts = obs.info.get("parts", {})
     if not parts.get("embedding"):
         raise GradingError(
@@ -795,7 +795,12 @@ def _judge_encoder(s: _EncoderSetup, case: Case, obs: Observation, ask: Ask) -> 
     problem = _mask_problem(log[0]["mask"], s.mask, s.H)
     if problem:
         raise GradingError(problem)
-    _judge_first_input(s, case, obs, ask)
+
+
+def _run_problem(s: _EncoderSetup, obs: Observation) -> None:
+    """Looked at once the first layer's input is right: every layer run once, in order, with
+    the mask, on the previous one's output, and the last one's output returned."""
+    log: list[dict[str, Any]] = obs.info["log"]
     for entry in log:
         if entry.get("error"):
             raise GradingError(
@@ -826,13 +831,18 @@ def _judge_encoder(s: _EncoderSetup, case: Case, obs: Observation, ask: Ask) -> 
                 "returns-embeddings", "it returns the embeddings, not the output of the last layer."
             )
         )
-    runner.judge(dataclasses.replace(case, judge=None), obs, ask)
 
 
-def _judge_first_input(s: _EncoderSetup, case: Case, obs: Observation, ask: Ask) -> None:
+def _first_input(obs: Observation) -> Observation:
+    """The input of the first layer (embedding + positional encoding), as recorded."""
+    entry = obs.info["log"][0]
+    facts = {"": {"class": entry["classes"][0]}} if entry["classes"][0] else {}
+    return Observation(value=entry["x"], after=obs.after, info={"tensors": facts})
+
+
+def _first_input_case(s: _EncoderSetup, case: Case, obs: Observation) -> Case:
     """The first layer's input, judged like an output: structure, shape, dtype, values, named
     mistakes, then the permutation probe."""
-    entry = obs.info["log"][0]
     B, L = s.ids.shape
 
     def mistakes() -> dict[str, torch.Tensor]:
@@ -933,9 +943,9 @@ def _judge_first_input(s: _EncoderSetup, case: Case, obs: Observation, ask: Ask)
             )
         return None
 
-    sub_case = dataclasses.replace(
+    return dataclasses.replace(
         case,
-        judge=None,
+        before=(),
         expected=s.first,
         mistakes=mistakes,
         probes=(permutation,),
@@ -951,9 +961,6 @@ def _judge_first_input(s: _EncoderSetup, case: Case, obs: Observation, ask: Ask)
             },
         ),
     )
-    facts = {"": {"class": entry["classes"][0]}} if entry["classes"][0] else {}
-    seen = Observation(value=entry["x"], after=obs.after, info={"tensors": facts})
-    runner.judge(sub_case, seen, ask)
 
 
 def _judge_chain(s: _EncoderSetup, log: list[dict[str, Any]]) -> None:

@@ -75,6 +75,7 @@ __all__ = [
     "Ask",
     "Case",
     "Exercise",
+    "Part",
     "with_case_fields",
     "ModuleSpec",
     "Unchanged",
@@ -253,6 +254,15 @@ class Case:
     precheck: Callable[[Observation], str | None] | None = None
     """Looked at before the generic structure, shape and value steps: for a problem those would
     name less well (a swapped pair, an additive mask); returns the message or None."""
+    before: Sequence[Probe | Part] = ()
+    """Looked at, in order, after ``precheck`` and before the generic comparison of the output:
+    probes (what the answer did on the way, e.g. the calls recorded of its sub-modules; a
+    description returned is the message) and ``Part``s, intermediate values judged as cases of
+    their own (the input of an encoder's first layer). A hidden case with any is left to the
+    thorough check, as one with a ``judge``."""
+    any_float: bool = False
+    """Any floating-point dtype is a right answer: the expected value is compared in the
+    answer's own (a table whose dtype the exercise does not fix)."""
     inputs: Mapping[str, str] = field(default_factory=dict)
     """How messages call the tensor arguments (``{"args[0]": "x"}``); default: their names."""
     failure_hint: Callable[[Failure], str | None] | None = None
@@ -278,6 +288,18 @@ class Case:
             self.expected = reference_value(self.reference, self.call)
         if self.grads is None and self.call.upstream is not None:
             self.grads = reference_grads(self.reference, self.call)
+
+
+@dataclass
+class Part:
+    """An intermediate value of a case (``Case.before``), judged as a case of its own by the
+    generic steps before the case's output is: how the input of the first layer of an encoder is
+    told right or wrong before its output is compared."""
+
+    observed: Callable[[Observation], Observation]
+    """The intermediate value out of the case's observation, as an observation of its own."""
+    case: Callable[[Observation], Case]
+    """The case that judges it (may look at the whole observation, e.g. for its mistakes)."""
 
 
 @dataclass
@@ -489,7 +511,7 @@ def trials_of(exercise: Exercise, thorough: bool) -> list[tuple[Case, bool]]:
         else:
             hidden.append(case)
     return [(case, True) for case in visible] + [
-        (case, False) for case in hidden if case.judge is None
+        (case, False) for case in hidden if case.judge is None and not case.before
     ]
 
 
@@ -681,10 +703,20 @@ def _step_structure(t: Trial) -> None:
         problem = t.case.precheck(t.obs)
         if problem:
             raise GradingError(problem)
+    for item in t.case.before:
+        if isinstance(item, Part):
+            judge(item.case(t.obs), item.observed(t.obs), t.ask, t.full)
+        else:
+            problem = item(t.obs, t.ask)
+            if problem:
+                raise GradingError(problem)
     if t.case.judge is not None:
         t.case.judge(t.obs, t.ask)
         raise _Done
     expected = _resolve(t.case.expected)
+    got = t.obs.value
+    if t.case.any_float and isinstance(got, torch.Tensor) and got.is_floating_point():
+        expected = expected.to(got.dtype)
     t.slots = _structure(t.case, expected, t.obs.value)
 
 

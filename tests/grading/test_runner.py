@@ -346,3 +346,47 @@ def test_unchanged_compares_the_first_of_a_pair_and_asks_nothing_when_off():
     off = runner.Unchanged(call, (other,), "leak", when=False)
     ask, calls = _asked(pair)
     assert off(observe.Observation(value=pair(x)), ask) is None and calls == []
+
+
+def _judged(case: runner.Case, value, info=None) -> str | None:
+    """What ``runner.judge`` says of ``value`` as the observation of ``case`` (None: right)."""
+    try:
+        runner.judge(case, observe.Observation(value=value, info=info or {}), _asked(None)[0])
+    except GradingError as error:
+        return str(error)
+    return None
+
+
+def test_any_float_compares_in_the_answers_own_dtype_and_still_names_a_wrong_one():
+    x = runner.randn(5, seed=11)
+    case = runner.Case(runner.Call("f", "f", (x,)), "f(x)", reference=torch.sin, atol=1e-4)
+    assert "dtype" in _judged(case, torch.sin(x).float())  # the exercise fixes the dtype
+    case.any_float = True
+    assert _judged(case, torch.sin(x).float()) is None
+    assert _judged(case, torch.sin(x).half()) is None
+    assert _judged(case, torch.cos(x).float()) is not None  # a wrong value is still wrong
+    assert "dtype" in _judged(case, torch.sin(x).to(torch.int64))  # a float dtype, not any
+
+
+def test_before_runs_its_probes_and_judges_its_parts_ahead_of_the_output_in_order():
+    x = runner.randn(4, seed=12)
+    seen: list[str] = []
+
+    def probe(obs, ask):
+        seen.append("probe")
+        return "the recorded run is wrong" if obs.info.get("bad_run") else None
+
+    part = runner.Part(
+        lambda obs: observe.Observation(value=obs.info["inner"]),
+        lambda obs: (
+            seen.append("part")
+            or runner.Case(runner.Call("g", "g", (x,)), "g(x)", expected=x * 2, slots=("inner",))
+        ),
+    )
+    call = runner.Call("f", "f", (x,))
+    case = runner.Case(call, "f(x)", expected=x * 3, slots=("outer",), before=(probe, part))
+    assert _judged(case, x * 3, {"inner": x * 2}) is None and seen == ["probe", "part"]
+    said = _judged(case, x * 3, {"inner": x * 2, "bad_run": True})
+    assert said == "the recorded run is wrong" and seen[-1] == "probe"  # the part not reached
+    assert _judged(case, x * 3, {"inner": x * 5}).startswith("inner")  # the part's own wording
+    assert _judged(case, x * 4, {"inner": x * 2}).startswith("outer")  # then the output
