@@ -47,24 +47,11 @@ from encoder_lib import mlm
 from . import observe, runner
 from .feedback import GradingError, Mistake
 from .observe import Call, Failure, Forbidden, Observation
-from .runner import Case, ModuleSpec, keep_first, randn, reference_grads, reference_mode
+from .runner import Case, ModuleSpec, keep_first, randn, reference_mode
 
 __all__ = ["check_mask_tokens", "check_masked_language_model", "check_mlm_loss", "check_fill_mask"]
 
 IGNORE = mlm.IGNORE_INDEX
-
-observe.FORBIDDEN["mask_tokens"] = Forbidden(python={mlm.mask_tokens: "encoder_lib.mask_tokens"})
-observe.FORBIDDEN["masked_language_model"] = Forbidden(
-    python={mlm.MaskedLanguageModel.forward: "encoder_lib.MaskedLanguageModel"}
-)
-observe.FORBIDDEN["mlm_loss"] = Forbidden(
-    torch={
-        F.cross_entropy: "F.cross_entropy (nn.CrossEntropyLoss calls it)",
-        F.nll_loss: "F.nll_loss (nn.NLLLoss calls it)",
-    },
-    python={mlm.mlm_loss: "encoder_lib.mlm_loss"},
-)
-observe.FORBIDDEN["fill_mask"] = Forbidden(python={mlm.fill_mask: "encoder_lib.fill_mask"})
 
 
 # --- exercise 1: mask_tokens ---------------------------------------------------------------------
@@ -93,11 +80,6 @@ def _run_mask_tokens(lookup: Callable[[str], Any], call: Call) -> Observation:
 
 
 observe.SCENARIOS[_RUNS] = _run_mask_tokens
-
-_IDS_DTYPE = (
-    "{slot} has dtype {got}: token ids and labels are integers, int64 like token_ids (a float "
-    "id cannot index an embedding, and F.cross_entropy wants int64 labels)."
-)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,22 +121,12 @@ def _mask_case(s: _Sentences, p: float, seed: int) -> Case:
     with torch.random.fork_rng(devices=[]):
         template = mlm.mask_tokens(*args, p=p, generator=torch.Generator().manual_seed(seed))
     p_text = "" if p == 0.15 else f", p={p}"
+    runs = ((seed, 1), (seed, 2), (seed + 1, 1))
     case = Case(
-        Call(
-            "mask_tokens",
-            "mask_tokens",
-            args,
-            kwargs,
-            scenario=_RUNS,
-            options={"runs": ((seed, 1), (seed, 2), (seed + 1, 1))},
-        ),
+        Call("mask_tokens", "mask_tokens", args, kwargs, scenario=_RUNS, options={"runs": runs}),
         f"mask_tokens(token_ids, mask_id={s.mask_id}, first_word_id={s.first_word_id}, "
         f"vocab_size={s.vocab_size}{p_text}, generator) with token_ids of shape {(B, L)}",
         expected=template,  # for the structure, shapes and dtypes only: the draws may differ
-        slots=("the tensor of corrupted ids", "the tensor of labels"),
-        letters=("(B, L)", "(B, L)"),
-        inputs={"args[0]": "token_ids"},
-        messages={"dtype": _IDS_DTYPE},
     )
     case.judge = lambda obs, ask: _judge_mask(case, s, p, obs, ask)
     return case
@@ -301,8 +273,7 @@ def _special_name(i: int) -> str:
 def _randomness_problem(obs: Observation) -> str | None:
     first = obs.value
     again, other = obs.info.get("runs", (None, None))
-    same = runner.close(again, first) if again is not None else True
-    if not same:
+    if again is not None and not runner.close(again, first):
         return Mistake(
             "global-generator",
             "called twice with generators seeded alike, it gave different results: some of its "
@@ -332,6 +303,14 @@ check_mask_tokens = runner.register_given(
     1,
     "def mask_tokens(token_ids, mask_id, first_word_id, vocab_size, p=0.15, generator=None):",
     _mask_cases,
+    forbidden=Forbidden(python={mlm.mask_tokens: "encoder_lib.mask_tokens"}),
+    slots=("the tensor of corrupted ids", "the tensor of labels"),
+    letters=("(B, L)", "(B, L)"),
+    inputs={"args[0]": "token_ids"},
+    messages={
+        "dtype": "{slot} has dtype {got}: token ids and labels are integers, int64 like token_ids "
+        "(a float id cannot index an embedding, and F.cross_entropy wants int64 labels)."
+    },
 )
 
 
@@ -438,54 +417,28 @@ def _model_case(
     ids = torch.randint(0, vocab - 1, (B, L), generator=g)
     ids = ids + (ids >= pad).long()  # any id but pad
     ids = ids.masked_fill(~keep_first(lengths, L, extra_axes=0), pad)
-    state = {k: v.clone() for k, v in model.state_dict().items()}
-    init = ((vocab, max_len), {**_SIZES, "pad_id": pad})
     what = f"MaskedLanguageModel({vocab}, {max_len}, pad_id={pad})(token_ids) with token_ids of "
     what += f"shape {(B, L)}" + (f" ({dtype})" if dtype != torch.float64 else "")
-    what += " in training mode" if train else ""
+    what += (" in training mode" if train else "") + (", backpropagating" if gradient else "")
     upstream = (randn(B, L, vocab, seed=seed + 3).to(dtype),) if gradient else None
     call = Call(
         "MaskedLanguageModel",
         "masked_language_model",
         (ids,),
-        init=init,
+        init=((vocab, max_len), {**_SIZES, "pad_id": pad}),
         dtype=dtype,
-        state=state,
+        state={k: v.clone() for k, v in model.state_dict().items()},
         train=train,
         grad=("parameters",) if gradient else (),
         upstream=upstream,
         inspect=True,
         seed=seed,
     )
-    grads, grad_names, grad_mistakes = None, {}, {}
-    if gradient:
-        grads = reference_grads(model, call)
-        grad_names = {name: f"self.{name.removeprefix('parameters.')}" for name in grads}
-        with reference_mode():  # the tie cut: the output layer sees a detached copy
-            x = model.norm(F.gelu(model.dense(model.encode(ids))))
-            ((x @ model.embedding.weight.detach().T + model.bias) * upstream[0]).sum().backward()
-        grad_mistakes = {
-            "parameters.embedding.weight": {
-                Mistake(
-                    "detached-tie",
-                    "the output layer uses a detached copy of the embedding (.detach(), .data or a "
-                    "tensor made from it), so only the input side trains it. With weight tying the "
-                    "output layer's gradient must reach self.embedding.weight too: use the "
-                    "parameter itself.",
-                ): model.embedding.weight.grad.clone()
-            }
-        }
-        model.zero_grad(set_to_none=True)
-        what += ", backpropagating"
-    with reference_mode(), torch.no_grad():
-        expected = model(ids)
-    return Case(
+    case = Case(
         call,
         what,
-        expected=expected,
+        reference=model,
         mistakes=lambda: _head_variants(model, ids),
-        slots=("the tensor of logits",),
-        letters=("(B, L, V)",),
         shape_hints=(
             {
                 (B, vocab, L): Mistake(
@@ -508,16 +461,22 @@ def _model_case(
                 "self.embedding.weight (weight tying), so keep the given __init__."
             ),
         ),
-        inputs={"args[0]": "token_ids"},
-        failure_hint=_model_hint,
-        messages={
-            "dtype": "{slot} has dtype {got}, but the model is {expected}: keep the model's "
-            "dtype (no .float() or .double())."
-        },
-        grads=grads,
-        grad_names=grad_names,
-        grad_mistakes=grad_mistakes,
     )
+    if gradient:
+        case.grad_names = {name: f"self.{name.removeprefix('parameters.')}" for name in case.grads}
+        with reference_mode():  # the tie cut: the output layer sees a detached copy
+            x = model.norm(F.gelu(model.dense(model.encode(ids))))
+            cut = (x @ model.embedding.weight.detach().T + model.bias) * upstream[0]
+            (tie_cut,) = torch.autograd.grad(cut.sum(), model.embedding.weight)
+        detached_tie = Mistake(
+            "detached-tie",
+            "the output layer uses a detached copy of the embedding (.detach(), .data or a "
+            "tensor made from it), so only the input side trains it. With weight tying the "
+            "output layer's gradient must reach self.embedding.weight too: use the "
+            "parameter itself.",
+        )
+        case.grad_mistakes = {"parameters.embedding.weight": {detached_tie: tie_cut}}
+    return case
 
 
 def _model_hint(failure: Failure) -> str | None:
@@ -542,7 +501,20 @@ def _model_cases(thorough: bool) -> Iterator[Case]:
 
 
 check_masked_language_model = runner.register_given(
-    2, "class MaskedLanguageModel(nn.Module):", _model_cases
+    2,
+    "class MaskedLanguageModel(nn.Module):",
+    _model_cases,
+    forbidden=Forbidden(
+        python={mlm.MaskedLanguageModel.forward: "encoder_lib.MaskedLanguageModel"}
+    ),
+    slots=("the tensor of logits",),
+    letters=("(B, L, V)",),
+    inputs={"args[0]": "token_ids"},
+    failure_hint=_model_hint,
+    messages={
+        "dtype": "{slot} has dtype {got}, but the model is {expected}: keep the model's "
+        "dtype (no .float() or .double())."
+    },
 )
 
 
@@ -559,7 +531,7 @@ def _loss_variants(logits: torch.Tensor, labels: torch.Tensor) -> dict[str, torc
 
     per = nll(F.log_softmax(logits, dim=-1))
     mean = (per * w).sum() / w.sum()
-    m = {
+    return {
         Mistake(
             "mean-over-all-positions",
             "it divides by every position, B x L, instead of by the number of chosen tokens: the "
@@ -598,7 +570,6 @@ def _loss_variants(logits: torch.Tensor, labels: torch.Tensor) -> dict[str, torc
             "training would push down. The loss is its negative, -log p.",
         ): -mean,
     }
-    return m
 
 
 def _loss_hint(failure: Failure) -> str | None:
@@ -634,28 +605,26 @@ def _loss_case(
     gradient: bool = False,
 ) -> Case:
     logits = (randn(B, L, V, seed=seed) * 2.0).to(dtype)
-    g = torch.Generator().manual_seed(seed + 1)
-    original = torch.randint(0, V, (B, L), generator=g)
+    original = torch.randint(0, V, (B, L), generator=torch.Generator().manual_seed(seed + 1))
     labels = torch.full((B, L), IGNORE, dtype=torch.long)
     for b, positions in enumerate(chosen_rows):
         labels[b, positions] = original[b, positions]
-    call = Call("mlm_loss", "mlm_loss", (logits, labels))
     what = f"mlm_loss(logits, labels) with logits of shape {(B, L, V)}"
     what += f" ({dtype})" if dtype != torch.float64 else ""
     what += f", {int((labels != IGNORE).sum())} chosen positions"
-    if gradient:
-        upstream = randn(1, seed=seed + 2).reshape(()).to(dtype)
-        call = dataclasses.replace(call, grad=("args[0]",), upstream=(upstream,))
-        what += ", backpropagating"
+    what += ", backpropagating" if gradient else ""
+    upstream = (randn(1, seed=seed + 2).reshape(()).to(dtype),) if gradient else None
     return Case(
-        call,
+        Call(
+            "mlm_loss",
+            "mlm_loss",
+            (logits, labels),
+            grad=("args[0]",) if gradient else (),
+            upstream=upstream,
+        ),
         what,
         reference=mlm.mlm_loss,
         mistakes=lambda: _loss_variants(logits, labels),
-        probes=(_nan_probe,),
-        failure_hint=_loss_hint,
-        slots=("the loss",),
-        letters=("() (a scalar)",),
         shape_hints=(
             {
                 (B,): Mistake(
@@ -670,8 +639,6 @@ def _loss_case(
                 ),
             },
         ),
-        inputs={"args[0]": "logits", "args[1]": "labels"},
-        grad_names={"args[0]": "logits"},
     )
 
 
@@ -683,7 +650,24 @@ def _loss_cases(thorough: bool) -> Iterator[Case]:
         yield _loss_case(1, 3, 5, [[0, 1, 2]], seed=823, gradient=True)
 
 
-check_mlm_loss = runner.register_given(3, "def mlm_loss(logits, labels):", _loss_cases)
+check_mlm_loss = runner.register_given(
+    3,
+    "def mlm_loss(logits, labels):",
+    _loss_cases,
+    forbidden=Forbidden(
+        torch={
+            F.cross_entropy: "F.cross_entropy (nn.CrossEntropyLoss calls it)",
+            F.nll_loss: "F.nll_loss (nn.NLLLoss calls it)",
+        },
+        python={mlm.mlm_loss: "encoder_lib.mlm_loss"},
+    ),
+    probes=(_nan_probe,),
+    failure_hint=_loss_hint,
+    slots=("the loss",),
+    letters=("() (a scalar)",),
+    inputs={"args[0]": "logits", "args[1]": "labels"},
+    grad_names={"args[0]": "logits"},
+)
 
 
 # --- exercise 4: fill_mask ------------------------------------------------------------------------
@@ -747,10 +731,8 @@ def _fill_case(
         f"logits of shape {(B, L, V)}"
         + (f" ({dtype})" if dtype != torch.float64 else "")
         + f" and {len(masks)} <mask> tokens",
-        expected=mlm.fill_mask(logits, ids, mask_id, first, k),
+        reference=mlm.fill_mask,
         mistakes=lambda: _fill_variants(logits, ids, mask_id, first, k),
-        slots=("the tensor of ids returned by fill_mask",),
-        letters=("(N, k)",),
         shape_hints=(
             {
                 (len(masks),): Mistake(
@@ -766,11 +748,6 @@ def _fill_case(
                 ),
             },
         ),
-        inputs={"args[0]": "logits", "args[1]": "token_ids"},
-        messages={
-            "dtype": "{slot} has dtype {got}: return token ids (int64), the positions of the "
-            "best scores, not the scores themselves."
-        },
     )
 
 
@@ -785,5 +762,15 @@ def _fill_cases(thorough: bool) -> Iterator[Case]:
 
 
 check_fill_mask = runner.register_given(
-    4, "def fill_mask(logits, token_ids, mask_id, first_word_id, k=5):", _fill_cases
+    4,
+    "def fill_mask(logits, token_ids, mask_id, first_word_id, k=5):",
+    _fill_cases,
+    forbidden=Forbidden(python={mlm.fill_mask: "encoder_lib.fill_mask"}),
+    slots=("the tensor of ids returned by fill_mask",),
+    letters=("(N, k)",),
+    inputs={"args[0]": "logits", "args[1]": "token_ids"},
+    messages={
+        "dtype": "{slot} has dtype {got}: return token ids (int64), the positions of the "
+        "best scores, not the scores themselves."
+    },
 )
