@@ -32,7 +32,6 @@ import torch.nn.functional as F
 
 import encoder_lib
 
-from . import observe
 from .feedback import GradingError, Mistake
 from .observe import Call, Failure, Forbidden, Observation
 from .runner import Ask, Case, close, keep_first, randn, register_given
@@ -51,15 +50,14 @@ _TORCH = {
 }
 
 
-def _forbidden(*own: Any) -> Forbidden:
-    """Torch's attention built-ins and the given encoder_lib functions and classes."""
-    return Forbidden(_TORCH, {obj: f"{obj.__module__}.{obj.__qualname__}" for obj in own})
-
-
 _LIBRARY = (encoder_lib.scaled_dot_product_attention, encoder_lib.MultiHeadAttention)
-for _exercise in ("attention_scores", "masked_softmax", "scaled_dot_product_attention"):
-    observe.FORBIDDEN[_exercise] = _forbidden(*_LIBRARY)
-observe.FORBIDDEN["causal_mask"] = _forbidden(*_LIBRARY, encoder_lib.causal_mask)
+
+
+def _forbidden(*own: Any) -> Forbidden:
+    """Torch's attention built-ins, encoder_lib's attention and the given encoder_lib functions."""
+    library = (*_LIBRARY, *own)
+    return Forbidden(_TORCH, {obj: f"{obj.__module__}.{obj.__qualname__}" for obj in library})
+
 
 _NEG_INF = float("-inf")
 _Upstream = tuple[torch.Tensor, ...] | None
@@ -212,13 +210,6 @@ def _case(
         ),
         **fields,
     )
-
-
-def _checked_first(case: Case, check: Callable[[Observation], str | None]) -> Case:
-    """``case`` with ``check`` looked at before the generic structure, shape and value steps: for
-    a problem those would name less well (a swapped pair, an additive mask)."""
-    case.precheck = check
-    return case
 
 
 def _shape(x: torch.Tensor) -> tuple[int, ...]:
@@ -389,8 +380,6 @@ def _scores_case(query: torch.Tensor, key: torch.Tensor, upstream: _Upstream = N
         upstream,
         mistakes=lambda: _scale_mistakes(query, key),
         failure_hint=_scores_hint,
-        slots=("the scores tensor",),
-        letters=("(..., L_q, L_k)",),
     )
 
 
@@ -414,6 +403,9 @@ check_attention_scores = register_given(
     _scores_cases,
     rewrite=_batched,
     reference=_reference_scores,
+    forbidden=_forbidden(),
+    slots=("the scores tensor",),
+    letters=("(..., L_q, L_k)",),
 )
 
 
@@ -431,10 +423,8 @@ def _softmax_case(
         _reference_weights,
         upstream,
         mistakes=lambda: _weight_mistakes(scores, mask),
-        slots=("the weights tensor",),
-        letters=("(..., L_q, L_k)",),
+        probes=(lambda obs, ask: _weights_problem(obs.value, case.expected, nan_hint),),
     )
-    case.probes = (lambda obs, ask: _weights_problem(obs.value, case.expected, nan_hint),)
     return case
 
 
@@ -464,6 +454,9 @@ check_masked_softmax = register_given(
     _softmax_cases,
     rewrite=_batched,
     reference=_reference_weights,
+    forbidden=_forbidden(),
+    slots=("the weights tensor",),
+    letters=("(..., L_q, L_k)",),
 )
 
 
@@ -484,7 +477,7 @@ def _causal_case(L: int) -> Case:
         row = int((got != expected).any(dim=-1).nonzero()[0])
         return CAUSAL_ROW.format(row=row, got=[bool(x) for x in got[row]])
 
-    case = Case(
+    return Case(
         Call("causal_mask", "causal_mask", (L,)),
         f"causal_mask({L})",
         expected=expected,
@@ -510,11 +503,7 @@ def _causal_case(L: int) -> Case:
             ): (torch.ones(L, L, dtype=torch.bool)),
         },
         probes=(wrong_row,),
-        slots=("the mask",),
-        letters=("(L, L)",),
-        messages={"dtype": CAUSAL_NOT_BOOL},
     )
-    return _checked_first(case, _additive)
 
 
 def _causal_cases(thorough: bool) -> Iterator[Case]:
@@ -522,7 +511,17 @@ def _causal_cases(thorough: bool) -> Iterator[Case]:
         yield _causal_case(L)
 
 
-check_causal_mask = register_given(3, "def causal_mask(L):", _causal_cases, rewrite=_batched)
+check_causal_mask = register_given(
+    3,
+    "def causal_mask(L):",
+    _causal_cases,
+    rewrite=_batched,
+    forbidden=_forbidden(encoder_lib.causal_mask),
+    precheck=_additive,
+    slots=("the mask",),
+    letters=("(L, L)",),
+    messages={"dtype": CAUSAL_NOT_BOOL},
+)
 
 
 # --- exercise 4: attention -----------------------------------------------------------------------
@@ -574,12 +573,10 @@ def _attention_case(
         encoder_lib.scaled_dot_product_attention,
         upstream,
         mistakes=mistakes,
+        precheck=output_is_weights,
         probes=(lambda obs, ask: _weights_problem(obs.value[1], case.expected[1], ""),),
-        slots=("the output", "the weights tensor"),
-        letters=("(..., L_q, d_v)", "(..., L_q, L_k)"),
-        order=(1, 0),
     )
-    return _checked_first(case, output_is_weights)
+    return case
 
 
 def _attention_cases(thorough: bool) -> Iterator[Case]:
@@ -610,4 +607,8 @@ check_scaled_dot_product_attention = register_given(
     "def scaled_dot_product_attention(query, key, value, mask=None):",
     _attention_cases,
     rewrite=_batched,
+    forbidden=_forbidden(),
+    slots=("the output", "the weights tensor"),
+    letters=("(..., L_q, d_v)", "(..., L_q, L_k)"),
+    order=(1, 0),
 )

@@ -47,7 +47,7 @@ __all__ = [
     "load_reference_weights",
 ]
 
-observe.FORBIDDEN["multi_head_attention"] = Forbidden(
+_FORBIDDEN = Forbidden(
     torch={
         F.multi_head_attention_forward: "F.multi_head_attention_forward (nn.MultiheadAttention)",
         torch._native_multi_head_attention: "torch._native_multi_head_attention",
@@ -169,7 +169,6 @@ def _heads_case(name: str, shape: tuple[int, ...], seed: int, grad: bool) -> Cas
         x = randn(B, L, D, seed=seed)
         reference, rearrange, args = _split, functools.partial(_split, H=H), (x, H)
         call = f"split_heads(x, num_heads={H}) with x of shape (B, L, D)"
-        letters = "(B, H, L, d_head)"
         mistakes = {SPLIT_NO_TRANSPOSE: "view", SPLIT_INTERLEAVED: "interleaved"}
         hints = {
             (B, L, H, d): Mistake(
@@ -186,7 +185,7 @@ def _heads_case(name: str, shape: tuple[int, ...], seed: int, grad: bool) -> Cas
         B, H, L, d = shape
         x = randn(*shape, seed=seed)
         reference, rearrange, args = _merge, _merge, (x,)
-        call, letters = "merge_heads(x) with x of shape (B, H, L, d_head)", "(B, L, D)"
+        call = "merge_heads(x) with x of shape (B, H, L, d_head)"
         mistakes = {MERGE_NO_TRANSPOSE: "view", MERGE_INTERLEAVED: "interleaved"}
         hints = {
             (B, L, H, d): Mistake(
@@ -210,12 +209,8 @@ def _heads_case(name: str, shape: tuple[int, ...], seed: int, grad: bool) -> Cas
         f"{call} = {tuple(x.shape)}" + (", backpropagating" if grad else ""),
         expected=expected,
         mistakes={text: rearrange(x, how=how) for text, how in mistakes.items()},
-        slots=("the output",),
-        letters=(letters,),
         shape_hints=(hints,),
         reference=reference,
-        inputs={"args[0]": "x"},
-        failure_hint=_view_hint,
     )
 
 
@@ -229,26 +224,36 @@ def _reference_merge_heads(x: torch.Tensor) -> torch.Tensor:
     return _merge(x)
 
 
-def _heads_exercise(number: int, given: str, shapes: list, seed: int, reference):
-    """Register exercise ``number`` (the function ``given``), tried on each of ``shapes`` (see
-    ``_heads_case``): the first visible, the sixth backpropagating."""
+def _heads_exercise(number: int, given: str, shapes: list, seed: int, reference, letters: str):
+    """Register exercise ``number`` (the function ``given``, its output of shape ``letters``),
+    tried on each of ``shapes`` (see ``_heads_case``): the first visible, the sixth
+    backpropagating."""
     name = given.split()[1].split("(")[0]
 
     def cases(thorough: bool) -> Iterator[Case]:
         for i, shape in enumerate(shapes if thorough else shapes[:1]):
             yield _heads_case(name, shape, seed + i, grad=i == 5)
 
-    return register_given(number, given, cases, reference=reference)
+    return register_given(
+        number,
+        given,
+        cases,
+        reference=reference,
+        slots=("the output",),
+        letters=(letters,),
+        inputs={"args[0]": "x"},
+        failure_hint=_view_hint,
+    )
 
 
 # (B, L, D, H) and (B, H, L, d_head): all sizes distinct, so a swapped axis shows
 _SPLIT = [(2, 3, 20, 4), (1, 1, 6, 1), (3, 4, 6, 6), (2, 5, 24, 3), (1, 7, 16, 8), (2, 3, 12, 3)]
 _MERGE = [(2, 4, 3, 5), (1, 1, 1, 6), (3, 6, 4, 1), (2, 3, 5, 8), (1, 8, 7, 2), (2, 3, 4, 2)]
 check_split_heads = _heads_exercise(
-    1, "def split_heads(x, num_heads):", _SPLIT, seed=200, reference=_reference_split_heads
+    1, "def split_heads(x, num_heads):", _SPLIT, 200, _reference_split_heads, "(B, H, L, d_head)"
 )
 check_merge_heads = _heads_exercise(
-    2, "def merge_heads(x):", _MERGE, seed=300, reference=_reference_merge_heads
+    2, "def merge_heads(x):", _MERGE, 300, _reference_merge_heads, "(B, L, D)"
 )
 
 
@@ -522,11 +527,8 @@ def _mistakes(weights: Weights, H: int, args: tuple) -> dict[str, tuple[Any, Any
             for i, p in enumerate(proj)
             if p != "qkv"[i]
         ]
-        found[
-            Mistake(
-                "projections-mixed-up", "the projections are mixed up: " + "; ".join(wrong) + "."
-            )
-        ] = {"proj": proj}
+        text = "the projections are mixed up: " + "; ".join(wrong) + "."
+        found[Mistake("projections-mixed-up", text)] = {"proj": proj}
     for inputs in itertools.product(range(3), repeat=3):
         if inputs == (0, 1, 2):
             continue
@@ -535,9 +537,8 @@ def _mistakes(weights: Weights, H: int, args: tuple) -> dict[str, tuple[Any, Any
             for i, j in enumerate(inputs)
             if j != i
         ]
-        found[Mistake("inputs-mixed-up", "the inputs are mixed up: " + "; ".join(wrong) + ".")] = {
-            "inputs": inputs
-        }
+        text = "the inputs are mixed up: " + "; ".join(wrong) + "."
+        found[Mistake("inputs-mixed-up", text)] = {"inputs": inputs}
     found |= {
         Mistake(
             "mask-ignored",
@@ -575,17 +576,11 @@ def _mistakes(weights: Weights, H: int, args: tuple) -> dict[str, tuple[Any, Any
         except RuntimeError:  # e.g. keys taken from an input of another length
             continue
         result[description] = (out, attention)
-    _, _, scores = _attend(weights, H, *args)
-    result[
-        Mistake(
-            "weights-before-softmax",
-            "the weights returned are the scores before the softmax: return softmax(scores).",
-        )
-    ] = (
-        None,
-        scores,
+    before_softmax = Mistake(
+        "weights-before-softmax",
+        "the weights returned are the scores before the softmax: return softmax(scores).",
     )
-    return result
+    return result | {before_softmax: (None, _attend(weights, H, *args)[2])}
 
 
 def _dropout_mistakes(weights: Weights, H: int, args: tuple, p: float) -> dict[str, tuple]:
@@ -671,7 +666,6 @@ def _mha_case(
     d, p = D // H, dropout or 0.0
     weights = _weights(D, seed + 10)
     args = (*tensors, *(() if mask is None else (mask,)))
-    expected = _reference(weights, H, p, dtype, train, *args)
     extra: dict[str, Any] = {}
     if grad:
         upstream = (randn(B, L_q, D, seed=seed + 20), randn(B, H, L_q, L_k, seed=seed + 21))
@@ -680,7 +674,6 @@ def _mha_case(
     mode = " in training mode" if train else (" in eval mode" if dropout else "")
     dtype_text = "" if dtype == torch.float64 else f" ({str(dtype).removeprefix('torch.')})"
     if train:
-        expected = (expected[0], None)  # the returned weights may be taken before or after dropout
         mistakes: Any = lambda: _dropout_mistakes(weights, H, (*tensors, mask), p)  # noqa: E731
         probes = (lambda obs, ask: TRAINING_MISMATCH.format(p=p),)
     elif dropout:  # in eval mode, any difference is dropout acting
@@ -707,6 +700,8 @@ def _mha_case(
             "There is one column per query instead of one per key: project the keys from "
             "`key` and the values from `value`, not from `query`.",
         )
+    # in training mode, the returned weights may be taken before or after dropout: not compared
+    expected = (_reference(weights, H, p, dtype, train, *args)[0], None) if train else None
     return Case(
         Call(
             "MultiHeadAttention",
@@ -725,8 +720,6 @@ def _mha_case(
         expected=expected,
         mistakes=mistakes,
         probes=probes,
-        slots=("the output", "the weights tensor"),
-        letters=("(B, L_q, D)", "(B, H, L_q, L_k)"),
         shape_hints=(
             {
                 (B, H, L_q, d): Mistake(
@@ -741,24 +734,8 @@ def _mha_case(
             },
             weight_hints,
         ),
-        order=(1, 0),
-        reference=_module(weights, H, p, dtype, train) if grad else None,
-        module=_MODULE,
-        inputs={"args[0]": "query", "args[1]": "key", "args[2]": "value", "args[3]": "mask"},
-        failure_hint=_forward_hint,
+        reference=_module(weights, H, p, dtype, train),
     )
-
-
-_MODULE = ModuleSpec(
-    forbidden_submodules={
-        "torch.nn.modules.activation.MultiheadAttention": "nn.MultiheadAttention",
-        "encoder_lib.attention.MultiHeadAttention": "encoder_lib.MultiHeadAttention",
-    },
-    not_module_message=(
-        "MultiHeadAttention(...) should build an nn.Module, got {type}: define "
-        "`class MultiHeadAttention(nn.Module)`."
-    ),
-)
 
 
 def _forward_hint(failure: Failure) -> str | None:
@@ -781,4 +758,24 @@ def _mha_cases(thorough: bool) -> Iterator[Case]:
         yield _mha_case("cross_masked", seed=620, grad=True)
 
 
-check_multi_head_attention = register_given(3, "class MultiHeadAttention(nn.Module):", _mha_cases)
+check_multi_head_attention = register_given(
+    3,
+    "class MultiHeadAttention(nn.Module):",
+    _mha_cases,
+    forbidden=_FORBIDDEN,
+    slots=("the output", "the weights tensor"),
+    letters=("(B, L_q, D)", "(B, H, L_q, L_k)"),
+    order=(1, 0),
+    module=ModuleSpec(
+        forbidden_submodules={
+            "torch.nn.modules.activation.MultiheadAttention": "nn.MultiheadAttention",
+            "encoder_lib.attention.MultiHeadAttention": "encoder_lib.MultiHeadAttention",
+        },
+        not_module_message=(
+            "MultiHeadAttention(...) should build an nn.Module, got {type}: define "
+            "`class MultiHeadAttention(nn.Module)`."
+        ),
+    ),
+    inputs={"args[0]": "query", "args[1]": "key", "args[2]": "value", "args[3]": "mask"},
+    failure_hint=_forward_hint,
+)
