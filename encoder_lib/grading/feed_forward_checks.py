@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Iterator
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -26,7 +27,6 @@ from torch import nn
 
 import encoder_lib
 
-from . import observe
 from .feedback import ForbiddenCallError, GradingError, Mistake
 from .observe import Call, Failure, Forbidden, Observation, deterministic_dropout
 from .runner import (
@@ -35,33 +35,18 @@ from .runner import (
     ModuleSpec,
     close,
     randn,
-    reference_grads,
     reference_mode,
+    reference_value,
     register_given,
 )
 
 __all__ = ["check_feed_forward", "check_count_parameters", "check_gelu"]
 
-observe.FORBIDDEN["feed_forward"] = Forbidden(
-    torch={torch._transformer_encoder_layer_fwd: "torch._transformer_encoder_layer_fwd"},
-    python={
-        encoder_lib.FeedForward: "encoder_lib.feed_forward.FeedForward",
-        encoder_lib.EncoderLayer: "encoder_lib.encoder.EncoderLayer",
-        nn.TransformerEncoderLayer: "nn.TransformerEncoderLayer",
-    },
-)
-observe.FORBIDDEN["count_parameters"] = Forbidden(
-    python={nn.Linear: "nn.Linear", **observe.FORBIDDEN["feed_forward"].python}
-)
-observe.FORBIDDEN["gelu"] = Forbidden(
-    torch={
-        F.gelu: "F.gelu",
-        torch.ops.aten.gelu: "torch.ops.aten.gelu",
-        torch.ops.aten.gelu.default: "torch.ops.aten.gelu",
-    },
-    python={nn.GELU: "nn.GELU"},
-)
-
+_FFN_MODULES = {  # forbidden in exercises 1 and 2
+    encoder_lib.FeedForward: "encoder_lib.feed_forward.FeedForward",
+    encoder_lib.EncoderLayer: "encoder_lib.encoder.EncoderLayer",
+    nn.TransformerEncoderLayer: "nn.TransformerEncoderLayer",
+}
 _ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {"relu": F.relu, "gelu": F.gelu}
 
 
@@ -169,12 +154,16 @@ class _FFN:
             **extra,
         )
 
-    def reference(self, x: torch.Tensor, train: bool) -> torch.Tensor:
+    def module(self, x: torch.Tensor, train: bool) -> nn.Module:
+        """The course's FeedForward holding these weights, for x, in train or eval mode."""
         with reference_mode():
             ref = encoder_lib.FeedForward(x.shape[-1], self.d_ff, self.p, self.act).to(x.dtype)
-            ref.load_state_dict(self.w)
-            with torch.no_grad():
-                return ref.train(train)(x)
+        ref.load_state_dict(self.w)
+        return ref.train(train)
+
+    def reference(self, x: torch.Tensor, train: bool) -> torch.Tensor:
+        """Its output on x (what the catalogue's entries must differ from)."""
+        return reference_value(self.module(x, train), self.call(x, train))
 
     def lin1(self, t: torch.Tensor) -> torch.Tensor:
         return F.linear(t, self.w["linear1.weight"], self.w["linear1.bias"])
@@ -266,16 +255,12 @@ class _FFN:
             return m
 
 
-def _varies(ffn: _FFN, x: torch.Tensor) -> Callable[[Observation, Ask], str | None]:
+def _varies(ffn: _FFN, x: torch.Tensor, obs: Observation, ask: Ask) -> str | None:
     """Eval mode: the same call with another seed gives another output (a random mask)."""
-
-    def probe(obs: Observation, ask: Ask) -> str | None:
-        again = ask(ffn.call(x, train=False, seed=1)).value
-        if isinstance(again, torch.Tensor) and again.shape == obs.value.shape:
-            return None if torch.equal(again.nan_to_num(), obs.value.nan_to_num()) else _EVAL_VARIES
-        return None
-
-    return probe
+    again = ask(ffn.call(x, train=False, seed=1)).value
+    if isinstance(again, torch.Tensor) and again.shape == obs.value.shape:
+        return None if torch.equal(again.nan_to_num(), obs.value.nan_to_num()) else _EVAL_VARIES
+    return None
 
 
 def _zeroed_output(obs: Observation, ask: Ask) -> str | None:
@@ -335,25 +320,22 @@ def _read_back(p: float, act: str) -> Callable[[Observation, Ask], str | None]:
     return probe
 
 
-def _hint(d_model: int, d_ff: int, rank: int) -> Callable[[Failure], str | None]:
-    def hint(failure: Failure) -> str | None:
-        shape_words = ("cannot be multiplied", "size of tensor", "size mismatch", "must match")
-        if failure.error == "RuntimeError" and any(w in failure.message for w in shape_words):
-            return Mistake(
-                "layers-in-wrong-order",
-                f"The input has D = {d_model} features, so it must go through linear1 (D -> "
-                f"d_ff = {d_ff}) first and linear2 (d_ff -> D) last: check the order of your "
-                "layers.",
-            )
-        if rank != 3 and failure.phase == "call":
-            return Mistake(
-                "fixed-rank",
-                f"This input has {rank} dimension(s): forward must accept any leading "
-                "dimensions, (..., D).",
-            )
-        return None
-
-    return hint
+def _hint(d_model: int, d_ff: int, rank: int, failure: Failure) -> str | None:
+    shape_words = ("cannot be multiplied", "size of tensor", "size mismatch", "must match")
+    if failure.error == "RuntimeError" and any(w in failure.message for w in shape_words):
+        return Mistake(
+            "layers-in-wrong-order",
+            f"The input has D = {d_model} features, so it must go through linear1 (D -> "
+            f"d_ff = {d_ff}) first and linear2 (d_ff -> D) last: check the order of your "
+            "layers.",
+        )
+    if rank != 3 and failure.phase == "call":
+        return Mistake(
+            "fixed-rank",
+            f"This input has {rank} dimension(s): forward must accept any leading "
+            "dimensions, (..., D).",
+        )
+    return None
 
 
 def _ffn_case(
@@ -370,25 +352,26 @@ def _ffn_case(
     x = randn(*shape, seed=seed + 10)
     name = f"FeedForward({d_model}, {d_ff}, dropout={p}, activation={act!r})"
     what = f"{name}(x) in {'train' if train else 'eval'} mode, x of shape {shape}"
-    case = Case(
-        ffn.call(x, train),
+    grad, grad_names = {}, {}
+    if backward:
+        # The parameters' gradients first: an answer that cuts the graph is told about the
+        # weights it would stop training (reference_grads keeps the order of Call.grad).
+        grad = {"grad": ("parameters", "args[0]"), "upstream": (randn(*shape, seed=seed + 11),)}
+        grad_names = {"args[0]": "x"} | {f"parameters.{n}": n for n in ffn.w}
+        what += ", backpropagating"
+    no_linear2 = Mistake(
+        "no-linear2",
+        f"Its last size is the hidden width d_ff = {d_ff}: the hidden layer must go through "
+        "linear2 back to D.",
+    )
+    return Case(
+        ffn.call(x, train, **grad),
         what,
-        expected=lambda: ffn.reference(x, train),
+        reference=ffn.module(x, train),
         mistakes=lambda: ffn.mistakes(x, train),
-        probes=(_zeroed_output, _read_back(p, act)) if train else (_varies(ffn, x),),
-        slots=("its output",),
-        letters=("the shape of x",),
-        shape_hints=(
-            {
-                (*shape[:-1], d_ff): (
-                    Mistake(
-                        "no-linear2",
-                        f"Its last size is the hidden width d_ff = {d_ff}: the hidden layer must "
-                        "go through linear2 back to D.",
-                    )
-                )
-            },
-        ),
+        probes=(_zeroed_output, _read_back(p, act)) if train else (partial(_varies, ffn, x),),
+        grad_names=grad_names,
+        shape_hints=({(*shape[:-1], d_ff): no_linear2},),
         module=ModuleSpec(
             parameters=("linear1.weight", "linear1.bias", "linear2.weight", "linear2.bias"),
             names_message=(
@@ -401,28 +384,8 @@ def _ffn_case(
                 "and its __init__."
             ),
         ),
-        inputs={"args[0]": "x"},
-        failure_hint=_hint(d_model, d_ff, len(shape)),
-        messages={
-            "in_place": (
-                "it changed its input x in place (an in-place operation such as x.relu_() or "
-                "x += ...): the encoder layer still needs x for its residual connection. "
-                "Compute a new tensor instead."
-            )
-        },
+        failure_hint=partial(_hint, d_model, d_ff, len(shape)),
     )
-    if backward:
-        upstream = randn(*shape, seed=seed + 11)
-        with reference_mode():
-            ref = encoder_lib.FeedForward(d_model, d_ff, p, act).double().train(train)
-        ref.load_state_dict(ffn.w)
-        # The parameters' gradients first: an answer that cuts the graph is told about the
-        # weights it would stop training (reference_grads keeps the order of Call.grad).
-        case.call = ffn.call(x, train, grad=("parameters", "args[0]"), upstream=(upstream,))
-        case.what += ", backpropagating"
-        case.grads = reference_grads(ref, case.call)
-        case.grad_names = {"args[0]": "x"} | {f"parameters.{n}": n for n in ffn.w}
-    return case
 
 
 def _ffn_cases(thorough: bool) -> Iterator[Case]:
@@ -443,7 +406,25 @@ def _ffn_cases(thorough: bool) -> Iterator[Case]:
     yield _ffn_case((2, 3, 6), 10, 0.3, "relu", seed=495, train=True, backward=True)
 
 
-check_feed_forward = register_given(1, "class FeedForward(nn.Module):", _ffn_cases)
+check_feed_forward = register_given(
+    1,
+    "class FeedForward(nn.Module):",
+    _ffn_cases,
+    forbidden=Forbidden(
+        torch={torch._transformer_encoder_layer_fwd: "torch._transformer_encoder_layer_fwd"},
+        python=_FFN_MODULES,
+    ),
+    slots=("its output",),
+    letters=("the shape of x",),
+    inputs={"args[0]": "x"},
+    messages={
+        "in_place": (
+            "it changed its input x in place (an in-place operation such as x.relu_() or "
+            "x += ...): the encoder layer still needs x for its residual connection. "
+            "Compute a new tensor instead."
+        )
+    },
+)
 
 
 # --- exercise 2: count_parameters ----------------------------------------------------------------
@@ -467,14 +448,12 @@ def _count_mistakes(D: int, d_ff: int, expected: int) -> dict[str, int]:
         Mistake(
             "no-linear1-bias", "you left out linear1's bias (d_ff numbers, one per hidden unit)."
         ): 2 * D * d_ff + D,
-        Mistake("linear2-bias-size", "linear2's bias has D entries (its output size), not d_ff."): 2
-        * D
-        * d_ff
-        + 2 * d_ff,
-        Mistake("linear1-bias-size", "linear1's bias has d_ff entries (its output size), not D."): 2
-        * D
-        * d_ff
-        + 2 * D,
+        Mistake("linear2-bias-size", "linear2's bias has D entries (its output size), not d_ff."): (
+            2 * D * d_ff + 2 * d_ff
+        ),
+        Mistake("linear1-bias-size", "linear1's bias has d_ff entries (its output size), not D."): (
+            2 * D * d_ff + 2 * D
+        ),
         Mistake(
             "one-weight-matrix",
             "you counted only one weight matrix: linear1's is d_ff x D and linear2's is D x d_ff.",
@@ -484,12 +463,8 @@ def _count_mistakes(D: int, d_ff: int, expected: int) -> dict[str, int]:
         ): D * d_ff,
     }
     if d_ff != 4 * D:
-        mistakes[
-            Mistake(
-                "d-ff-assumed-4d",
-                "you assumed d_ff = 4·D: use the d_ff argument (4·D is only the usual choice).",
-            )
-        ] = 8 * D * D + 5 * D
+        assumed = "you assumed d_ff = 4·D: use the d_ff argument (4·D is only the usual choice)."
+        mistakes[Mistake("d-ff-assumed-4d", assumed)] = 8 * D * D + 5 * D
     return {
         Mistake(why.id, f"it returned {value}, expected {expected}: {why}"): value
         for why, value in mistakes.items()
@@ -499,7 +474,6 @@ def _count_mistakes(D: int, d_ff: int, expected: int) -> dict[str, int]:
 
 def _count_case(d_model: int, d_ff: int) -> Case:
     expected = _reference_count(d_model, d_ff)
-    what = f"count_parameters({d_model}, {d_ff})"
 
     def unexplained(obs: Observation, ask: Ask) -> str:
         return Mistake(
@@ -510,11 +484,10 @@ def _count_case(d_model: int, d_ff: int) -> Case:
 
     return Case(
         Call("count_parameters", "count_parameters", (d_model, d_ff)),
-        what,
+        f"count_parameters({d_model}, {d_ff})",
         expected=expected,
         mistakes=lambda: _count_mistakes(d_model, d_ff, expected),
         probes=(unexplained,),
-        slots=("it",),
     )
 
 
@@ -546,7 +519,12 @@ def _count_rewrite(error: GradingError, case: Case, passed: list[Case]) -> Gradi
 
 
 check_count_parameters = register_given(
-    2, "def count_parameters(d_model, d_ff):", _count_cases, rewrite=_count_rewrite
+    2,
+    "def count_parameters(d_model, d_ff):",
+    _count_cases,
+    rewrite=_count_rewrite,
+    forbidden=Forbidden(python={nn.Linear: "nn.Linear", **_FFN_MODULES}),
+    slots=("it",),
 )
 
 
@@ -563,29 +541,31 @@ def _gelu_mistakes(x: torch.Tensor) -> dict[str, torch.Tensor]:
             "gelu-tanh",
             "this is GELU's tanh approximation 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))). The "
             f"exercise asks for the exact GELU x·Φ(x), written with the error function: {_PHI}.",
-        ): (F.gelu(x, approximate="tanh")),
+        ): F.gelu(x, approximate="tanh"),
         Mistake(
             "gelu-sigmoid",
             "this is the sigmoid approximation x·sigmoid(1.702·x). The exercise asks for the exact "
             f"GELU x·Φ(x) with {_PHI}.",
         ): x * torch.sigmoid(1.702 * x),
-        Mistake("erf-not-at-x-over-sqrt2", f"erf must be evaluated at x/√2: {_PHI}."): 0.5
-        * x
-        * (1 + erf(x)),
+        Mistake("erf-not-at-x-over-sqrt2", f"erf must be evaluated at x/√2: {_PHI}."): (
+            0.5 * x * (1 + erf(x))
+        ),
         Mistake(
             "erf-at-x-times-sqrt2",
             f"erf must be evaluated at x/√2 (you multiplied by √2 instead of dividing): {_PHI}.",
-        ): (0.5 * x * (1 + erf(x * root2))),
+        ): 0.5 * x * (1 + erf(x * root2)),
         Mistake("no-half", f"the factor ½ is missing: {_PHI}."): x * (1 + erf(x / root2)),
-        Mistake("returned-phi", "you returned Φ(x), the Gaussian CDF, instead of x·Φ(x)."): 0.5
-        * (1 + erf(x / root2)),
+        Mistake("returned-phi", "you returned Φ(x), the Gaussian CDF, instead of x·Φ(x)."): (
+            0.5 * (1 + erf(x / root2))
+        ),
         Mistake(
             "density-for-cdf",
             "you used the Gaussian density φ(x) = exp(-x²/2)/√(2π) where the cumulative "
             "distribution Φ(x) belongs.",
         ): x * density,
-        Mistake("erf-for-phi", f"erf(x/√2) equals 2·Φ(x) - 1, not Φ(x): {_PHI}."): x
-        * erf(x / root2),
+        Mistake("erf-for-phi", f"erf(x/√2) equals 2·Φ(x) - 1, not Φ(x): {_PHI}."): (
+            x * erf(x / root2)
+        ),
         Mistake(
             "gelu-is-relu",
             "this is ReLU. GELU is x·Φ(x): smooth, and slightly negative for negative x.",
@@ -593,19 +573,18 @@ def _gelu_mistakes(x: torch.Tensor) -> dict[str, torch.Tensor]:
     }
 
 
-def _gelu_case(x: torch.Tensor, what: str, atol: float = 1e-7, backward: bool = False) -> Case:
+def _gelu_case(
+    x: torch.Tensor, what: str, atol: float | None = None, backward: bool = False
+) -> Case:
+    """``gelu(x)`` against F.gelu (``atol``: 1e-7 unless given)."""
     grad = {"grad": ("args[0]",), "upstream": (torch.ones_like(x),)} if backward else {}
     return Case(
         Call("gelu", "gelu", (x,), **grad),
         what + (", backpropagating" if backward else ""),
         reference=F.gelu,
         mistakes=lambda: _gelu_mistakes(x),
-        slots=("gelu(x)",),
-        letters=("the shape of x",),
-        inputs={"args[0]": "x"},
-        atol=atol,
-        rtol=1e-6,
         grad_names={"args[0]": "x"} if backward else {},
+        atol=atol,
     )
 
 
@@ -623,4 +602,21 @@ def _gelu_cases(thorough: bool) -> Iterator[Case]:
     yield _gelu_case(randn(50, seed=520), "gelu(x) for x of shape (50,)", backward=True)
 
 
-check_gelu = register_given(3, "def gelu(x):", _gelu_cases)
+check_gelu = register_given(
+    3,
+    "def gelu(x):",
+    _gelu_cases,
+    forbidden=Forbidden(
+        torch={
+            F.gelu: "F.gelu",
+            torch.ops.aten.gelu: "torch.ops.aten.gelu",
+            torch.ops.aten.gelu.default: "torch.ops.aten.gelu",
+        },
+        python={nn.GELU: "nn.GELU"},
+    ),
+    slots=("gelu(x)",),
+    letters=("the shape of x",),
+    inputs={"args[0]": "x"},
+    atol=1e-7,
+    rtol=1e-6,
+)

@@ -19,7 +19,6 @@ once, no gradient along the skip path. ``F.layer_norm`` (hence ``nn.LayerNorm``)
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Callable, Iterator
 from functools import partial
@@ -34,7 +33,7 @@ import encoder_lib
 from . import observe
 from .feedback import Mistake
 from .observe import Call, Forbidden, Observation, Part
-from .runner import Ask, Case, ModuleSpec, close, randn, register_given
+from .runner import Ask, Case, ModuleSpec, close, randn, reference_grads, register_given
 
 __all__ = ["check_layer_norm", "check_layer_norm_module", "check_residual_block"]
 
@@ -54,9 +53,6 @@ _NORMS = Forbidden(
     },
     python={encoder_lib.LayerNorm: "encoder_lib.layer_norm.LayerNorm"},
 )
-observe.FORBIDDEN["layer_norm"] = _NORMS
-observe.FORBIDDEN["layer_norm_module"] = _NORMS
-
 _DEFAULT_EPS = 1e-5
 
 
@@ -70,11 +66,6 @@ def _layer_norm(weight, bias, eps: float = _DEFAULT_EPS, dtype=torch.float64) ->
         norm.weight.copy_(weight)
         norm.bias.copy_(bias)
     return norm
-
-
-def _reference(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, eps: float) -> torch.Tensor:
-    with torch.no_grad():
-        return _layer_norm(w, b, eps, x.dtype)(x)
 
 
 def _as_function(x, weight, bias, eps: float = _DEFAULT_EPS) -> torch.Tensor:
@@ -107,107 +98,80 @@ def _variant(
 def _mistakes(x, w, b, eps: float, n: SimpleNamespace) -> dict[str, torch.Tensor]:
     """Description -> the output of that mistake on these inputs. Combinations come before the
     single mistakes they contain, so that the most complete name wins."""
-    m: dict[str, torch.Tensor] = {}
-
-    def add(description: str, eps: float = eps, **how: Any) -> None:
-        m[description] = _variant(x, w, b, eps, **how)
-
-    catalogue: dict[str, dict[str, Any]] = {
+    variant = partial(_variant, x, w, b, eps=eps)
+    m = {
         Mistake(
             "std-plus-eps",
             "it divides by `std + eps`, the formula of some tutorials. torch.std is the unbiased "
             "standard deviation (it divides by D - 1), and eps is added outside the square root. "
             "LayerNorm divides by sqrt(var + eps) with the biased variance "
             "(divide by D).",
-        ): {"correction": 1, "eps_at": "outside"},
+        ): variant(correction=1, eps_at="outside"),
         Mistake(
             "unbiased-std-no-eps",
             "it divides by the unbiased standard deviation with no eps at all (`x.std(dim=-1)` "
             "divides by D - 1). LayerNorm divides by sqrt(var + eps), with the biased variance "
             "(divide by D) and eps inside the square root.",
-        ): {"correction": 1, "eps_at": "none"},
+        ): variant(correction=1, eps_at="none"),
         Mistake(
             "unbiased-variance",
             "it uses the unbiased variance, dividing by D - 1 (the default of torch.var and "
             "torch.std). LayerNorm uses the biased variance, dividing by D: "
             "`x.var(dim=-1, unbiased=False, keepdim=True)` or the mean of the squared "
             "deviations.",
-        ): {"correction": 1},
+        ): variant(correction=1),
         Mistake(
             "eps-outside-sqrt",
             f"eps is added outside the square root, (x - mean) / (sqrt(var) + {n.eps}). It belongs "
             f"inside: (x - mean) / sqrt(var + {n.eps}). The two differ most when the variance is "
             "tiny, exactly where eps matters.",
-        ): {"eps_at": "outside"},
+        ): variant(eps_at="outside"),
         Mistake(
             "no-eps",
             "it has no eps at all: dividing by sqrt(var) (or by the std) divides by zero when a "
             f"position's D features are all equal. Add {n.eps} inside the square root: "
             f"sqrt(var + {n.eps}).",
-        ): {"eps_at": "none"},
+        ): variant(eps_at="none"),
         Mistake(
             "no-weight-no-bias",
             f"it ignores {n.weight} and {n.bias} (the gain gamma and the offset beta): multiply "
             f"the normalised x by {n.weight}, then add {n.bias}.",
-        ): {"affine": "none"},
+        ): variant(affine="none"),
         Mistake(
             "no-weight", f"it ignores {n.weight} (the gain gamma): multiply the normalised x by it."
-        ): {"affine": "bias"},
-        Mistake("no-bias", f"it ignores {n.bias} (the offset beta): add it after the gain."): {
-            "affine": "weight"
-        },
+        ): variant(affine="bias"),
+        Mistake(
+            "no-bias", f"it ignores {n.bias} (the offset beta): add it after the gain."
+        ): variant(affine="weight"),
         Mistake(
             "bias-before-weight",
             f"it adds {n.bias} before multiplying by {n.weight}. The output is "
             f"x_hat * {n.weight} + {n.bias}: scale first, then shift.",
-        ): {"affine": "bias_first"},
+        ): variant(affine="bias_first"),
     }
-    for description, how in catalogue.items():
-        add(description, **how)
-    axis = "it normalises over the wrong axis: "
+    d, axis = x.dim(), "it normalises over the wrong axis: "
     own = "LayerNorm normalises each position over its own D features"
-    if x.dim() >= 2 and x.shape[0] > 1:
-        add(
-            Mistake(
-                "normalises-over-batch",
-                axis + f"the batch axis (dim 0), the way BatchNorm does. {own}: dim=-1.",
-            ),
-            dims=(0,),
+    if d >= 2 and x.shape[0] > 1:
+        batch = f"the batch axis (dim 0), the way BatchNorm does. {own}: dim=-1."
+        m[Mistake("normalises-over-batch", axis + batch)] = variant(dims=(0,))
+    if d == 3 and x.shape[1] > 1:
+        sequence = f"the sequence axis (dim 1), mixing the positions of a sentence. {own}: dim=-1."
+        m[Mistake("normalises-over-sequence", axis + sequence)] = variant(dims=(1,))
+    if d >= 3:
+        whole = f"over all the features of a whole sequence at once. {own} only: dim=-1."
+        m[Mistake("normalises-over-whole-sequence", axis + whole)] = variant(
+            dims=tuple(range(1, d))
         )
-    if x.dim() == 3 and x.shape[1] > 1:
-        add(
-            Mistake(
-                "normalises-over-sequence",
-                axis
-                + f"the sequence axis (dim 1), mixing the positions of a sentence. {own}: dim=-1.",
-            ),
-            dims=(1,),
-        )
-    if x.dim() >= 3:
-        add(
-            Mistake(
-                "normalises-over-whole-sequence",
-                axis + f"over all the features of a whole sequence at once. {own} only: dim=-1.",
-            ),
-            dims=tuple(range(1, x.dim())),
-        )
-    if x.dim() >= 2:
-        add(
-            Mistake(
-                "normalises-over-everything",
-                axis + f"over the whole tensor at once. {own} only: dim=-1.",
-            ),
-            dims=tuple(range(x.dim())),
-        )
+    if d >= 2:
+        everything = f"over the whole tensor at once. {own} only: dim=-1."
+        m[Mistake("normalises-over-everything", axis + everything)] = variant(dims=tuple(range(d)))
     if eps != _DEFAULT_EPS:
-        add(
-            Mistake(
-                "eps-ignored",
-                f"it ignores {n.eps_source}: with eps={eps:g} your output is the one for eps=1e-5. "
-                f"Use {n.eps} instead of a fixed number.",
-            ),
-            eps=_DEFAULT_EPS,
+        ignored = Mistake(
+            "eps-ignored",
+            f"it ignores {n.eps_source}: with eps={eps:g} your output is the one for eps=1e-5. "
+            f"Use {n.eps} instead of a fixed number.",
         )
+        m[ignored] = variant(eps=_DEFAULT_EPS)
     return m
 
 
@@ -262,7 +226,6 @@ class _Form:
             **{name: prefix + name for name in ("eps", "weight", "bias")},
             eps_source="`self.eps`" if module else "the `eps` argument",
         )
-        self.inputs = {} if module else {"args[0]": "x", "args[1]": "weight", "args[2]": "bias"}
 
     def call(self, x, w, b, eps: float | None, **extra: Any) -> Call:
         eps_kwargs = {} if eps is None else {"eps": eps}
@@ -288,6 +251,10 @@ class _Form:
             call = f"layer_norm(x, weight, bias{eps_text})"
         dtype = "" if x.dtype == torch.float64 else f" ({x.dtype})"
         return f"{call} with x of shape {tuple(x.shape)}{dtype}"
+
+    def reference(self, w, b, eps: float, dtype: torch.dtype) -> Callable[..., Any]:
+        """The course's LayerNorm, as this exercise's module or function."""
+        return _layer_norm(w, b, eps, dtype) if self.module else _as_function
 
     def spec(self, d: int, eps: float) -> ModuleSpec | None:
         if not self.module:
@@ -325,12 +292,10 @@ class _Form:
         return Case(
             self.call(x, w, b, eps),
             self.what(x, eps),
-            expected=lambda: _reference(x, w, b, actual_eps),
+            reference=self.reference(w, b, actual_eps, x.dtype),
             mistakes=lambda: _mistakes(x, w, b, actual_eps, self.names),
             probes=(partial(self.diagnose, x, w, b, eps),),
-            letters=("the shape of x",),
             module=self.spec(x.shape[-1], actual_eps),
-            inputs=self.inputs,
             failure_hint=rank_hint,
         )
 
@@ -396,29 +361,34 @@ class _Form:
 
     def gradient_case(self, x, w, b) -> Case:
         """Gradients of x, weight and bias, with the default eps."""
-        upstream = randn(*x.shape, seed=97)
-        if self.module:
-            grad, weight, bias = ("args[0]", "parameters"), "parameters.weight", "parameters.bias"
-            reference: Callable[..., Any] = _layer_norm(w, b, dtype=x.dtype)
-        else:
-            grad, weight, bias = ("args[0]", "args[1]", "args[2]"), "args[1]", "args[2]"
-            reference = _as_function
+        weight, bias = (
+            ("parameters.weight", "parameters.bias") if self.module else ("args[1]", "args[2]")
+        )
+        grad = ("args[0]", "parameters") if self.module else ("args[0]", weight, bias)
         return Case(
-            self.call(x, w, b, None, grad=grad, upstream=(upstream,)),
+            self.call(x, w, b, None, grad=grad, upstream=(randn(*x.shape, seed=97),)),
             self.what(x, None) + ", backpropagating",
-            reference=reference,
-            letters=("the shape of x",),
+            reference=self.reference(w, b, _DEFAULT_EPS, x.dtype),
             module=self.spec(x.shape[-1], _DEFAULT_EPS),
-            inputs=self.inputs,
             grad_names={"args[0]": "x", weight: self.names.weight, bias: self.names.bias},
         )
 
 
 check_layer_norm = register_given(
-    1, "def layer_norm(x, weight, bias, eps=1e-5):", _Form(module=False).cases
+    1,
+    "def layer_norm(x, weight, bias, eps=1e-5):",
+    _Form(module=False).cases,
+    forbidden=_NORMS,
+    letters=("the shape of x",),
+    inputs={"args[0]": "x", "args[1]": "weight", "args[2]": "bias"},
 )
 check_layer_norm_module = register_given(
-    2, "class LayerNorm(nn.Module):", _Form(module=True).cases, name="layer_norm_module"
+    2,
+    "class LayerNorm(nn.Module):",
+    _Form(module=True).cases,
+    name="layer_norm_module",
+    forbidden=_NORMS,
+    letters=("the shape of x",),
 )
 
 
@@ -448,14 +418,20 @@ def _parts(d: int, seed: int) -> tuple[Part, Part]:
     return sublayer, Part("residual.norm", {"weight": gain, "bias": offset})
 
 
-def _arrangements(x, sub, norm, norm_first: bool) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """The right output and the outputs of the wrong arrangements of x, sublayer and norm."""
+def _residual(x, sublayer, norm, norm_first: bool = False, cut_skip: bool = False) -> torch.Tensor:
+    """The right block (with ``cut_skip``, one whose skip path carries no gradient)."""
+    skip = x.detach() if cut_skip else x
+    return skip + sublayer(norm(x)) if norm_first else norm(skip + sublayer(x))
+
+
+def _arrangements(x, sub, norm, norm_first: bool) -> dict[str, torch.Tensor]:
+    """The outputs of the wrong arrangements of x, sublayer and norm."""
     with torch.no_grad():
         normed = norm(x)
         post, pre, no_norm = norm(x + sub(x)), x + sub(normed), x + sub(x)
         norm_twice, norm_output = norm(x + sub(normed)), x + norm(sub(x))
         if norm_first:
-            return pre, {
+            return {
                 Mistake(
                     "post-norm-instead-of-pre-norm",
                     "it computes post-norm, norm(x + sublayer(x)), but norm_first=True asks for "
@@ -489,7 +465,7 @@ def _arrangements(x, sub, norm, norm_first: bool) -> tuple[torch.Tensor, dict[st
                     "x + sublayer(norm(x)).",
                 ): norm_output,
             }
-        return post, {
+        return {
             Mistake(
                 "pre-norm-instead-of-post-norm",
                 "it computes pre-norm, x + sublayer(norm(x)), but norm_first=False (the default) "
@@ -524,12 +500,27 @@ def _arrangements(x, sub, norm, norm_first: bool) -> tuple[torch.Tensor, dict[st
         }
 
 
-def _block_case(x: torch.Tensor, parts: tuple[Part, Part], norm_first: bool | None) -> Case:
+def _block_case(
+    x: torch.Tensor, parts: tuple[Part, Part], norm_first: bool | None, upstream=None
+) -> Case:
+    """The case of these inputs (``upstream``: backpropagating it, into x)."""
     first = bool(norm_first)
     flag = "" if norm_first is None else f", norm_first={norm_first}"
     kind = "pre-norm" if first else "post-norm"
     kwargs = {} if norm_first is None else {"norm_first": norm_first}
-    right, wrong = _arrangements(x, _sublayer(parts[0]), _norm(parts[1]), first)
+    what = f"residual_block(x, sublayer, norm{flag}) ({kind}, x of shape {tuple(x.shape)})"
+    grad = {} if upstream is None else {"grad": ("args[0]",), "upstream": (upstream,)}
+    call = Call("residual_block", "residual_block", (x, *parts), kwargs, **grad)
+    grad_mistakes: dict[str, dict[str, torch.Tensor]] = {}
+    if upstream is not None:
+        what += ", backpropagating"
+        skip_cut = Mistake(
+            "skip-path-detached",
+            "no gradient flows along the skip path (is x detached there?). The identity path is "
+            "the point of a residual connection: x + ... must use x itself.",
+        )
+        cut = reference_grads(partial(_residual, cut_skip=True), call)["args[0]"]
+        grad_mistakes = {"args[0]": {skip_cut: cut}}
 
     def call_count(obs: Observation, ask: Ask) -> str | None:
         sub_calls, norm_calls = obs.info.get("parts", [1, 1])
@@ -563,10 +554,11 @@ def _block_case(x: torch.Tensor, parts: tuple[Part, Part], norm_first: bool | No
         return None
 
     return Case(
-        Call("residual_block", "residual_block", (x, *parts), kwargs),
-        f"residual_block(x, sublayer, norm{flag}) ({kind}, x of shape {tuple(x.shape)})",
-        expected=right,
-        mistakes=wrong,
+        call,
+        what,
+        reference=_residual,
+        mistakes=_arrangements(x, _sublayer(parts[0]), _norm(parts[1]), first),
+        grad_mistakes=grad_mistakes,
         probes=(call_count,),
         requires=(once_each,),
         letters=("the shape of x",),
@@ -608,29 +600,8 @@ def _block_cases(thorough: bool) -> Iterator[Case]:
         x8 = randn(*shape, seed=seed + 5) * 2.0 - 0.5
         for norm_first in (False, True):
             yield _block_case(x8, _parts(8, seed=seed), norm_first)
-    # Gradients flow through both paths.
-    upstream = randn(*x.shape, seed=250)
-    sub, norm = _sublayer(parts[0]), _norm(parts[1])
-
-    def gradient(norm_first: bool, cut_skip: bool) -> torch.Tensor:
-        leaf = x.clone().requires_grad_()
-        skip = leaf.detach() if cut_skip else leaf
-        out = skip + sub(norm(leaf)) if norm_first else norm(skip + sub(leaf))
-        (out * upstream).sum().backward()
-        return leaf.grad
-
-    for norm_first in (False, True):
-        case = _block_case(x, parts, norm_first)
-        case.call = dataclasses.replace(case.call, grad=("args[0]",), upstream=(upstream,))
-        case.what += ", backpropagating"
-        case.grads = {"args[0]": gradient(norm_first, cut_skip=False)}
-        skip_cut = Mistake(
-            "skip-path-detached",
-            "no gradient flows along the skip path (is x detached there?). The identity path is "
-            "the point of a residual connection: x + ... must use x itself.",
-        )
-        case.grad_mistakes = {"args[0]": {skip_cut: gradient(norm_first, cut_skip=True)}}
-        yield case
+    for norm_first in (False, True):  # gradients flow through both paths
+        yield _block_case(x, parts, norm_first, upstream=randn(*x.shape, seed=250))
 
 
 check_residual_block = register_given(
