@@ -70,13 +70,7 @@ _MHA_FORWARD = {
     F.multi_head_attention_forward: "F.multi_head_attention_forward (nn.MultiheadAttention, "
     "inside nn.TransformerDecoderLayer)"
 }
-observe.FORBIDDEN["causal_self_attention"] = Forbidden(
-    torch=_MHA_FORWARD,
-    python={**_DECODERS, encoder_lib.causal_mask: "encoder_lib.masks.causal_mask"},
-)
-observe.FORBIDDEN["cross_attention"] = Forbidden(torch=_MHA_FORWARD, python=_DECODERS)
-observe.FORBIDDEN["decoder_layer"] = Forbidden(torch=_MHA_FORWARD, python=_DECODERS)
-observe.FORBIDDEN["greedy_decode"] = Forbidden(python=_DECODERS)
+_NO_DECODERS = Forbidden(torch=_MHA_FORWARD, python=_DECODERS)
 
 
 # --- the attention handed to exercises (a) and (b) -----------------------------------------------
@@ -133,6 +127,11 @@ def _needs_weights(failure: Failure) -> str | None:
 
 _ATTENTION_SLOTS = ("the output", "the weights")
 _BEFORE_LAST = (slice(None), slice(None, -1))  # [:, :-1]: every position before the last
+
+
+def _dtype_note(dtype: torch.dtype) -> str:
+    """How a case's description names a dtype other than float64."""
+    return "" if dtype == torch.float64 else f" ({dtype})"
 
 
 # --- (a) causal self-attention -------------------------------------------------------------------
@@ -228,18 +227,36 @@ def _causal_mistakes(ref, x, keep) -> dict[str, Any]:
     return _layers.evaluate(entries)
 
 
+def _causal_self_attention(x, attention, keep=None):
+    """The reference answer: the causal mask, and keep's (B, 1, 1, L) with it."""
+    mask = torch.ones(x.shape[1], x.shape[1], dtype=torch.bool).tril()
+    return attention(x, x, x, mask if keep is None else mask & keep[:, None, None, :])
+
+
+def _causal_hint(failure: Failure) -> str | None:
+    if "must broadcast" in failure.message or "must match the size" in failure.message:
+        return Mistake(
+            "mask-does-not-broadcast",
+            "The mask must broadcast against the scores (B, H, L, L): the causal part is "
+            "(L, L), keep (B, L) needs singleton axes for the heads and the queries, "
+            "(B, 1, 1, L), and the two combined are (B, 1, L, L).",
+        )
+    if "boolean" in failure.message:
+        return Mistake("mask-not-bool", "Build the mask with dtype=torch.bool (True = may attend).")
+    if "NoneType" in failure.message:
+        return Mistake(
+            "keep-none-not-handled",
+            "keep may be None (no padding): then the causal mask alone is the mask.",
+        )
+    return _needs_weights(failure)
+
+
 def _causal_case(B, L, D, H, seed, keep_rows=None, dtype=torch.float64) -> Case:
     part, ref = _attention(D, H, seed, dtype)
     x = randn(B, L, D, seed=seed + 1).to(dtype)
     keep = None if keep_rows is None else torch.tensor(keep_rows, dtype=torch.bool)
     kwargs = {} if keep is None else {"keep": keep}
     call = Call("causal_self_attention", "causal_self_attention", (x, part), kwargs)
-    mask = torch.ones(L, L, dtype=torch.bool).tril()
-    if keep is not None:
-        mask = mask & keep[:, None, None, :]
-    with torch.no_grad():
-        expected = ref(x, x, x, mask)
-
     future = Unchanged(
         call,
         (redrawn(x, (slice(None), -1), seed + 2), part),
@@ -252,40 +269,14 @@ def _causal_case(B, L, D, H, seed, keep_rows=None, dtype=torch.float64) -> Case:
         _BEFORE_LAST,
         when=L >= 2,
     )
-
-    def broadcast_hint(failure: Failure) -> str | None:
-        if "must broadcast" in failure.message or "must match the size" in failure.message:
-            return Mistake(
-                "mask-does-not-broadcast",
-                "The mask must broadcast against the scores (B, H, L, L): the causal part is "
-                "(L, L), keep (B, L) needs singleton axes for the heads and the queries, "
-                "(B, 1, 1, L), and the two combined are (B, 1, L, L).",
-            )
-        if "boolean" in failure.message:
-            return Mistake(
-                "mask-not-bool", "Build the mask with dtype=torch.bool (True = may attend)."
-            )
-        if "NoneType" in failure.message:
-            return Mistake(
-                "keep-none-not-handled",
-                "keep may be None (no padding): then the causal mask alone is the mask.",
-            )
-        return _needs_weights(failure)
-
     padded = "" if keep is None else f", keep of shape {(B, L)}"
-    kind = "" if dtype == torch.float64 else f" ({dtype})"
     return Case(
         call,
         f"causal_self_attention(x, attention{', keep' if keep is not None else ''}) with x of "
-        f"shape {(B, L, D)}, {H} heads{padded}{kind}",
-        expected=expected,
+        f"shape {(B, L, D)}, {H} heads{padded}{_dtype_note(dtype)}",
         mistakes=lambda: _causal_mistakes(ref, x, keep),
         probes=(future,),
-        requires=(_calls_once,),
-        slots=_ATTENTION_SLOTS,
-        letters=("(B, L, D)", "(B, H, L, L)"),
-        inputs={"args[0]": "x", "keep": "keep"},
-        failure_hint=broadcast_hint,
+        reference=_causal_self_attention,
     )
 
 
@@ -305,7 +296,18 @@ def _causal_cases(thorough: bool) -> Iterator[Case]:
 
 
 check_causal_self_attention = runner.register_given(
-    "(a)", "def causal_self_attention(x, attention, keep=None):", _causal_cases
+    "(a)",
+    "def causal_self_attention(x, attention, keep=None):",
+    _causal_cases,
+    forbidden=Forbidden(
+        torch=_MHA_FORWARD,
+        python={**_DECODERS, encoder_lib.causal_mask: "encoder_lib.masks.causal_mask"},
+    ),
+    letters=("(B, L, D)", "(B, H, L, L)"),
+    inputs={"args[0]": "x", "keep": "keep"},
+    failure_hint=_causal_hint,
+    slots=_ATTENTION_SLOTS,
+    requires=(_calls_once,),
 )
 
 
@@ -378,6 +380,56 @@ def _cross_mistakes(ref, x, memory, keep) -> dict[str, Any]:
     return _layers.evaluate(entries)
 
 
+def _cross_attention(x, memory, attention, memory_keep=None):
+    """The reference answer: keys and values from memory, memory_keep as (B, 1, 1, L_src)."""
+    mask = None if memory_keep is None else memory_keep[:, None, None, :]
+    return attention(x, memory, memory, mask)
+
+
+def _cross_hint(B: int, L_src: int, failure: Failure) -> str | None:
+    text = failure.message
+    scores = "The cross-attention scores have shape (B, H, L_tgt, L_src)"
+    if f"got shape {(B, L_src)}" in text:
+        return Mistake(
+            "memory-keep-shape-b-l",
+            f"{scores}: give memory_keep (B, L_src) two singleton axes for the heads and "
+            "the target positions, (B, 1, 1, L_src): one value per source position (key), "
+            "the same for every head and target position.",
+        )
+    if f"got shape {(B, 1, L_src, 1)}" in text:
+        return Mistake(
+            "source-mask-on-queries",
+            f"{scores}: (B, 1, L_src, 1) would mask target positions (the queries, the "
+            "rows). The source padding masks keys (the columns): (B, 1, 1, L_src).",
+        )
+    if "must broadcast" in text or "must match the size" in text:
+        return Mistake(
+            "keys-values-from-decoder",
+            f"{scores}, and the mask is memory_keep as (B, 1, 1, L_src). The "
+            "keys and values must be memory, whose length is L_src: with x as keys they "
+            "would have length L_tgt.",
+        )
+    if "key and value must have shape" in text:
+        return Mistake(
+            "keys-values-from-decoder",
+            "Keys and values both come from the encoder's output: "
+            "attention(x, memory, memory, mask).",
+        )
+    if "NoneType" in text:
+        return Mistake(
+            "memory-keep-none-not-handled",
+            "memory_keep may be None (a source without padding): then pass no mask.",
+        )
+    return _needs_weights(failure)
+
+
+_QUERIES_FROM_MEMORY = Mistake(
+    "queries-from-memory",
+    "The output needs one row per target position (the queries come from x, the decoder); "
+    "yours has one per source position: the queries were taken from memory.",
+)
+
+
 def _cross_case(B, L_tgt, L_src, D, H, seed, lengths=None, dtype=torch.float64) -> Case:
     part, ref = _attention(D, H, seed, dtype)
     x = randn(B, L_tgt, D, seed=seed + 1).to(dtype)
@@ -385,9 +437,6 @@ def _cross_case(B, L_tgt, L_src, D, H, seed, lengths=None, dtype=torch.float64) 
     keep = None if lengths is None else keep_first(lengths, L_src, extra_axes=0)  # (B, L_src)
     kwargs = {} if keep is None else {"memory_keep": keep}
     call = Call("cross_attention", "cross_attention", (x, memory, part), kwargs)
-    with torch.no_grad():
-        expected = ref(x, memory, memory, None if keep is None else keep[:, None, None, :])
-
     padded = torch.zeros(B, L_src, dtype=torch.bool) if keep is None else ~keep
     source_leak = Unchanged(
         call,
@@ -401,66 +450,20 @@ def _cross_case(B, L_tgt, L_src, D, H, seed, lengths=None, dtype=torch.float64) 
         ),
         when=bool(padded.any()),
     )
-
-    def hint(failure: Failure) -> str | None:
-        text = failure.message
-        scores = "The cross-attention scores have shape (B, H, L_tgt, L_src)"
-        if f"got shape {(B, L_src)}" in text:
-            return Mistake(
-                "memory-keep-shape-b-l",
-                f"{scores}: give memory_keep (B, L_src) two singleton axes for the heads and "
-                "the target positions, (B, 1, 1, L_src): one value per source position (key), "
-                "the same for every head and target position.",
-            )
-        if f"got shape {(B, 1, L_src, 1)}" in text:
-            return Mistake(
-                "source-mask-on-queries",
-                f"{scores}: (B, 1, L_src, 1) would mask target positions (the queries, the "
-                "rows). The source padding masks keys (the columns): (B, 1, 1, L_src).",
-            )
-        if "must broadcast" in text or "must match the size" in text:
-            return Mistake(
-                "keys-values-from-decoder",
-                f"{scores}, and the mask is memory_keep as (B, 1, 1, L_src). The "
-                "keys and values must be memory, whose length is L_src: with x as keys they "
-                "would have length L_tgt.",
-            )
-        if "key and value must have shape" in text:
-            return Mistake(
-                "keys-values-from-decoder",
-                "Keys and values both come from the encoder's output: "
-                "attention(x, memory, memory, mask).",
-            )
-        if "NoneType" in text:
-            return Mistake(
-                "memory-keep-none-not-handled",
-                "memory_keep may be None (a source without padding): then pass no mask.",
-            )
-        return _needs_weights(failure)
-
-    queries_from_memory = Mistake(
-        "queries-from-memory",
-        "The output needs one row per target position (the queries come from x, the decoder); "
-        "yours has one per source position: the queries were taken from memory.",
-    )
     padded = "" if keep is None else f", memory_keep of shape {(B, L_src)}"
-    kind = "" if dtype == torch.float64 else f" ({dtype})"
     return Case(
         call,
         f"cross_attention(x, memory, attention{', memory_keep' if keep is not None else ''}) "
-        f"with x of shape {(B, L_tgt, D)}, memory {(B, L_src, D)}, {H} heads{padded}{kind}",
-        expected=expected,
+        f"with x of shape {(B, L_tgt, D)}, memory {(B, L_src, D)}, {H} heads{padded}"
+        f"{_dtype_note(dtype)}",
         mistakes=lambda: _cross_mistakes(ref, x, memory, keep),
         probes=(source_leak,),
-        requires=(_calls_once,),
-        slots=_ATTENTION_SLOTS,
-        letters=("(B, L_tgt, D)", "(B, H, L_tgt, L_src)"),
         shape_hints=(
-            {(B, L_src, D): queries_from_memory} if L_src != L_tgt else {},
-            {(B, H, L_src, L_tgt): queries_from_memory} if L_src != L_tgt else {},
+            {(B, L_src, D): _QUERIES_FROM_MEMORY} if L_src != L_tgt else {},
+            {(B, H, L_src, L_tgt): _QUERIES_FROM_MEMORY} if L_src != L_tgt else {},
         ),
-        inputs={"args[0]": "x", "args[1]": "memory", "memory_keep": "memory_keep"},
-        failure_hint=hint,
+        failure_hint=functools.partial(_cross_hint, B, L_src),
+        reference=_cross_attention,
     )
 
 
@@ -475,13 +478,18 @@ def _cross_cases(thorough: bool) -> Iterator[Case]:
 
 
 check_cross_attention = runner.register_given(
-    "(b)", "def cross_attention(x, memory, attention, memory_keep=None):", _cross_cases
+    "(b)",
+    "def cross_attention(x, memory, attention, memory_keep=None):",
+    _cross_cases,
+    forbidden=_NO_DECODERS,
+    letters=("(B, L_tgt, D)", "(B, H, L_tgt, L_src)"),
+    inputs={"args[0]": "x", "args[1]": "memory", "memory_keep": "memory_keep"},
+    slots=_ATTENTION_SLOTS,
+    requires=(_calls_once,),
 )
 
 
 # --- (c) the decoder layer -----------------------------------------------------------------------
-
-_reference_layer = functools.partial(_layers.reference_layer, encoder_lib.DecoderLayer)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -640,24 +648,37 @@ def _layer_mistakes(ref, x, memory, tgt_mask, memory_mask, norm_first, train) ->
     return _layers.catalogue(ref, train, m)
 
 
+def _layer_hint(failure: Failure) -> str | None:
+    text = failure.message
+    if "tuple" in text:
+        return Mistake(
+            "attention-pair-not-unpacked",
+            "self.self_attn and self.multihead_attn return a pair (output, weights): unpack "
+            "it into two names (the weights are not needed here) and use the output.",
+        )
+    if "must broadcast" in text or "must match the size" in text:
+        return Mistake(
+            "wrong-attention-inputs",
+            "Check which attention gets which inputs and mask: the self-attention reads x "
+            "only, with tgt_mask, scores (B, H, L_tgt, L_tgt); the cross-attention's queries "
+            "come from x and its keys and values from memory, with memory_mask, scores "
+            "(B, H, L_tgt, L_src).",
+        )
+    if "key and value must have shape" in text:
+        return Mistake(
+            "cross-keys-from-decoder",
+            "The cross-attention's keys and values both come from memory (the encoder's "
+            "output); its queries come from x.",
+        )
+    return None
+
+
 def _layer_case(
-    D,
-    H,
-    d_ff,
-    p,
-    norm_first,
-    B,
-    L_tgt,
-    L_src,
-    src_lengths,
-    seed,
-    *,
-    tgt_lengths=None,
-    masks=True,
-    train=False,
-    dtype=torch.float64,
-) -> Case:
-    ref = _reference_layer(D, H, d_ff, p, norm_first, seed, dtype)
+    D, H, d_ff, p, norm_first, B, L_tgt, L_src, src_lengths, seed, *,
+    tgt_lengths=None, masks=True, train=False, dtype=torch.float64, backward=False,
+) -> Case:  # fmt: skip
+    """``backward``: the gradients of an upstream drawn with ``seed + 5``, too."""
+    ref = _layers.reference_layer(encoder_lib.DecoderLayer, D, H, d_ff, p, norm_first, seed, dtype)
     x = randn(B, L_tgt, D, seed=seed + 1).to(dtype)
     memory = (randn(B, L_src, D, seed=seed + 2) * 1.5).to(dtype)
     tgt_mask = memory_mask = None
@@ -701,52 +722,14 @@ def _layer_case(
         ),
         when=leaks,
     )
-
-    def hint(failure: Failure) -> str | None:
-        text = failure.message
-        if "tuple" in text:
-            return Mistake(
-                "attention-pair-not-unpacked",
-                "self.self_attn and self.multihead_attn return a pair (output, weights): unpack "
-                "it into two names (the weights are not needed here) and use the output.",
-            )
-        if "must broadcast" in text or "must match the size" in text:
-            return Mistake(
-                "wrong-attention-inputs",
-                "Check which attention gets which inputs and mask: the self-attention reads x "
-                "only, with tgt_mask, scores (B, H, L_tgt, L_tgt); the cross-attention's queries "
-                "come from x and its keys and values from memory, with memory_mask, scores "
-                "(B, H, L_tgt, L_src).",
-            )
-        if "key and value must have shape" in text:
-            return Mistake(
-                "cross-keys-from-decoder",
-                "The cross-attention's keys and values both come from memory (the encoder's "
-                "output); its queries come from x.",
-            )
-        return None
-
-    flag = f"norm_first={norm_first}"
-    extra = "" if masks else ", no masks"
-    what = (
-        f"DecoderLayer({D}, {H}, {d_ff}, {p}, {flag}) on x {(B, L_tgt, D)} and memory "
-        f"{(B, L_src, D)}{extra}"
-    )
-    what += "" if dtype == torch.float64 else f" ({dtype})"
-    what += " in training mode" if train else ""
-    return Case(
+    case = Case(
         call,
-        what,
+        f"DecoderLayer({D}, {H}, {d_ff}, {p}, norm_first={norm_first}) on x {(B, L_tgt, D)} and "
+        f"memory {(B, L_src, D)}{'' if masks else ', no masks'}{_dtype_note(dtype)}"
+        + (" in training mode" if train else ""),
         expected=_layers.reference_output(ref, call),
         mistakes=lambda: _layer_mistakes(ref, x, memory, tgt_mask, memory_mask, norm_first, train),
         probes=(future, source_leak, _layers.right_in_eval(ref, call, _DROPOUTS.where)),
-        letters=("(B, L_tgt, D)",),
-        module=ModuleSpec(
-            keep_init="keep the given __init__ (its sub-modules self_attn, multihead_attn, "
-            "linear1, linear2, norm1, norm2, norm3 have the names of nn.TransformerDecoderLayer)"
-        ),
-        inputs={"args[0]": "x", "args[1]": "memory", "tgt_mask": "tgt_mask"},
-        failure_hint=hint,
         locate=Locate(
             ref,
             _LAYER_PARTS,
@@ -754,6 +737,9 @@ def _layer_case(
             functions=_layers.FUNCTIONS,
         ),
     )
+    if backward:
+        return _layers.backpropagating(case, ref, upstream=randn(B, L_tgt, D, seed=seed + 5))
+    return case
 
 
 def _layer_cases(thorough: bool) -> Iterator[Case]:
@@ -770,12 +756,22 @@ def _layer_cases(thorough: bool) -> Iterator[Case]:
         yield _layer_case(8, 2, 16, 0.5, False, 2, 3, 4, [4, 4], seed=748, masks=False, train=True)
         yield _layer_case(12, 3, 24, 0.3, True, 3, 4, 6, [6, 1, 2], seed=749, train=True)
         yield _layer_case(16, 4, 32, 0.1, False, 2, 5, 7, [7, 3], seed=750, dtype=torch.float32)
-        gradient = _layer_case(8, 2, 16, 0.1, False, 2, 4, 5, [5, 2], seed=751)
-        ref = _reference_layer(8, 2, 16, 0.1, False, seed=751)
-        yield _layers.backpropagating(gradient, ref, upstream=randn(2, 4, 8, seed=756))
+        yield _layer_case(8, 2, 16, 0.1, False, 2, 4, 5, [5, 2], seed=751, backward=True)
 
 
-check_decoder_layer = runner.register_given("(c)", "class DecoderLayer(nn.Module):", _layer_cases)
+check_decoder_layer = runner.register_given(
+    "(c)",
+    "class DecoderLayer(nn.Module):",
+    _layer_cases,
+    forbidden=_NO_DECODERS,
+    letters=("(B, L_tgt, D)",),
+    module=ModuleSpec(
+        keep_init="keep the given __init__ (its sub-modules self_attn, multihead_attn, "
+        "linear1, linear2, norm1, norm2, norm3 have the names of nn.TransformerDecoderLayer)"
+    ),
+    inputs={"args[0]": "x", "args[1]": "memory", "tgt_mask": "tgt_mask"},
+    failure_hint=_layer_hint,
+)
 
 
 # --- (d) greedy decoding -------------------------------------------------------------------------
@@ -937,17 +933,35 @@ def _decode_mistakes(model, src, max_len, start, end, pad, defaults: bool) -> di
     return m
 
 
+def _decode_hint(failure: Failure) -> str | None:
+    if "has no attribute" in failure.message:
+        return Mistake(
+            "model-attributes-used",
+            "The check's model is only called, model(src, tgt_in) -> logits (B, L_tgt, V).",
+        )
+    if "integer token ids" in failure.message:
+        return Mistake(
+            "ids-not-integers",
+            "Build the input from integer ids, e.g. torch.full((B, 1), start_id) (an int fill "
+            "value gives torch.long), and append argmax results, which are integers too.",
+        )
+    if "t >= 1" in failure.message:
+        return Mistake(
+            "first-input-not-start",
+            "The first input is <start> alone: torch.full((B, 1), start_id).",
+        )
+    return None
+
+
 def _decode_case(B, max_len, lengths, seed, ids=(1, 2, 0), V=13) -> Case:
     start, end, pad = ids
-    options = {"vocab": V, "start": start, "end": end, "pad": pad}
-    part = Part(_TOY, options=options)
+    part = Part(_TOY, options={"vocab": V, "start": start, "end": end, "pad": pad})
     model = _toy_model(part)
     L_src = max(lengths)
     g = torch.Generator().manual_seed(seed)
     symbols = torch.tensor([v for v in range(V) if v not in ids])
     src = symbols[torch.randint(len(symbols), (B, L_src), generator=g)]
-    for b, n in enumerate(lengths):
-        src[b, n:] = pad
+    src = src.masked_fill(~keep_first(lengths, L_src, extra_axes=0), pad)
     defaults = ids == (1, 2, 0)
     kwargs = {} if defaults else {"start_id": start, "end_id": end, "pad_id": pad}
     call = Call("greedy_decode", "greedy_decode", (part, src, max_len), kwargs)
@@ -964,25 +978,6 @@ def _decode_case(B, max_len, lengths, seed, ids=(1, 2, 0), V=13) -> Case:
                 "the first token of every sequence is right but later ones are not: feed each "
                 "prediction back. The input of step t + 1 is <start> followed by every token "
                 "chosen so far, and the next token is the argmax of the last position's logits.",
-            )
-        return None
-
-    def hint(failure: Failure) -> str | None:
-        if "has no attribute" in failure.message:
-            return Mistake(
-                "model-attributes-used",
-                "The check's model is only called, model(src, tgt_in) -> logits (B, L_tgt, V).",
-            )
-        if "integer token ids" in failure.message:
-            return Mistake(
-                "ids-not-integers",
-                "Build the input from integer ids, e.g. torch.full((B, 1), start_id) (an int fill "
-                "value gives torch.long), and append argmax results, which are integers too.",
-            )
-        if "t >= 1" in failure.message:
-            return Mistake(
-                "first-input-not-start",
-                "The first input is <start> alone: torch.full((B, 1), start_id).",
             )
         return None
 
@@ -1005,8 +1000,6 @@ def _decode_case(B, max_len, lengths, seed, ids=(1, 2, 0), V=13) -> Case:
         expected=expected,
         mistakes=lambda: _decode_mistakes(model, src, max_len, start, end, pad, defaults),
         probes=(calls,),
-        slots=("the output",),
-        letters=("(B, max_len)",),
         shape_hints=(
             {
                 (B, max_len + 1): Mistake(
@@ -1018,13 +1011,6 @@ def _decode_case(B, max_len, lengths, seed, ids=(1, 2, 0), V=13) -> Case:
                 ),
             },
         ),
-        inputs={"args[1]": "src"},
-        failure_hint=hint,
-        messages={
-            "dtype": "{slot} has dtype {got}; token ids are integers (torch.long): argmax gives "
-            "them, and torch.full((B, 1), start_id) starts an integer tensor.",
-            "in_place": "it changed src in place: the caller still needs its source ids.",
-        },
         locate=Locate(
             record, (_TOY,), names={_TOY: "the model", "args[0]": "src", "args[1]": "tgt_in"}
         ),
@@ -1042,5 +1028,17 @@ def _decode_cases(thorough: bool) -> Iterator[Case]:
 
 
 check_greedy_decode = runner.register_given(
-    "(d)", "def greedy_decode(model, src, max_len, start_id=1, end_id=2, pad_id=0):", _decode_cases
+    "(d)",
+    "def greedy_decode(model, src, max_len, start_id=1, end_id=2, pad_id=0):",
+    _decode_cases,
+    forbidden=Forbidden(python=_DECODERS),
+    slots=("the output",),
+    letters=("(B, max_len)",),
+    inputs={"args[1]": "src"},
+    failure_hint=_decode_hint,
+    messages={
+        "dtype": "{slot} has dtype {got}; token ids are integers (torch.long): argmax gives "
+        "them, and torch.full((B, 1), start_id) starts an integer tensor.",
+        "in_place": "it changed src in place: the caller still needs its source ids.",
+    },
 )
