@@ -51,7 +51,7 @@ from torch import nn
 
 import encoder_lib
 
-from . import _layers, observe, runner
+from . import _layers, runner
 from .feedback import Mistake
 from .observe import Call, Failure, Forbidden, Observation, deterministic_dropout
 from .runner import (
@@ -74,40 +74,37 @@ __all__ = [
     "check_modern_encoder_layer",
 ]
 
-observe.FORBIDDEN["rms_norm"] = Forbidden(
-    torch={
-        F.rms_norm: "F.rms_norm (which nn.RMSNorm calls)",
-        torch.rms_norm: "torch.rms_norm",
-    },
-    python={
-        nn.RMSNorm: "nn.RMSNorm",
-        encoder_lib.rms_norm: "encoder_lib.rms_norm",
-        encoder_lib.RMSNorm: "encoder_lib.RMSNorm",
-    },
-)
 _LAYERS = {
     encoder_lib.ModernEncoderLayer: "encoder_lib.ModernEncoderLayer",
     encoder_lib.ModernEncoder: "encoder_lib.ModernEncoder",
 }
-observe.FORBIDDEN["gated_feed_forward"] = Forbidden(
-    python={encoder_lib.GatedFeedForward: "encoder_lib.GatedFeedForward", **_LAYERS}
-)
-observe.FORBIDDEN["apply_rotary"] = Forbidden(
-    python={
-        encoder_lib.apply_rotary: "encoder_lib.apply_rotary",
-        encoder_lib.RotaryEmbedding: "encoder_lib.RotaryEmbedding",
-    }
-)
-observe.FORBIDDEN["sliding_window_mask"] = Forbidden(
-    python={encoder_lib.sliding_window_mask: "encoder_lib.sliding_window_mask"}
-)
-observe.FORBIDDEN["modern_encoder_layer"] = Forbidden(
-    python={**_LAYERS, encoder_lib.ModernSelfAttention: "encoder_lib.ModernSelfAttention"}
-)
 
 
 def _dtype_text(t: torch.Tensor) -> str:
     return "" if t.dtype == torch.float64 else f" ({t.dtype})"
+
+
+def _backpropagating(call: Call, what: str, grad: tuple[str, ...], seed: int) -> tuple[Call, str]:
+    """``call`` with a random upstream (``randn`` with ``seed``, of the first argument's shape and
+    dtype) backpropagated into ``grad``, and ``what`` saying so."""
+    x = call.args[0]
+    upstream = randn(*x.shape, seed=seed).to(x.dtype)
+    return dataclasses.replace(call, grad=grad, upstream=(upstream,)), what + ", backpropagating"
+
+
+def _module(cls: str, parameters, names_message: str, forbidden: Forbidden) -> ModuleSpec:
+    """The given ``class cls(nn.Module)`` kept: ``parameters`` only, no forbidden sub-module."""
+    return ModuleSpec(
+        parameters=tuple(parameters),
+        names_message=names_message,
+        forbidden_submodules={
+            f"{c.__module__}.{c.__qualname__}": name for c, name in forbidden.python.items()
+        },
+        not_module_message=(
+            f"{{call}} should build an nn.Module: keep the given `class {cls}(nn.Module)` and its "
+            "__init__."
+        ),
+    )
 
 
 # --- exercise 1: rms_norm ------------------------------------------------------------------------
@@ -129,8 +126,8 @@ def _rms_variant(
 ) -> torch.Tensor:
     """RMSNorm written with one mistake (or none, with the defaults). ``square``: how the mean
     square is taken (``"mean"``, ``"sum"``, ``"unbiased"`` (sum / (D - 1)), ``"mean_squared"``
-    (mean(x)^2)); ``gain``: ``"times"``, ``"none"``, ``"plus"`` or ``"before"`` (x * w
-    normalised)."""
+    (mean(x)^2), ``"abs"`` (the mean absolute value)); ``gain``: ``"times"``, ``"none"``,
+    ``"plus"`` or ``"before"`` (x * w normalised)."""
     with torch.no_grad():
         if gain == "before":
             x = x * w
@@ -142,6 +139,8 @@ def _rms_variant(
         elif square == "unbiased":
             n = math.prod(h.shape[d] for d in dims)
             ms = h.square().sum(dim=dims, keepdim=True) / max(n - 1, 1)
+        elif square == "abs":
+            ms = h.abs().mean(dim=dims, keepdim=True)
         else:
             ms = h.mean(dim=dims, keepdim=True).square()
         if not root:
@@ -158,16 +157,16 @@ def _rms_variant(
 def _rms_mistakes(x: torch.Tensor, w: torch.Tensor, eps: float) -> dict[str, torch.Tensor]:
     """Description -> that mistake's output on these inputs (combinations first; an ignored
     eps before no eps, which it resembles when eps is large)."""
-    m: dict[str, torch.Tensor] = {}
+    catalogue: dict[str, dict[str, Any]] = {}  # description -> _rms_variant's switches
     if eps != _RMS_EPS:
-        m[
+        catalogue[
             Mistake(
                 "eps-ignored",
                 f"it ignores the eps argument: with eps={eps:g} your output is the one for "
                 f"eps={_RMS_EPS:g}. Use the argument instead of a fixed number.",
             )
-        ] = _rms_variant(x, w, _RMS_EPS)
-    catalogue: dict[str, dict[str, Any]] = {
+        ] = {"eps": _RMS_EPS}
+    catalogue |= {
         Mistake(
             "layer-norm-not-rms-norm",
             "it subtracts the mean of x and divides by the standard deviation: that is LayerNorm "
@@ -227,42 +226,39 @@ def _rms_mistakes(x: torch.Tensor, w: torch.Tensor, eps: float) -> dict[str, tor
             "it multiplies x by weight before normalising, so the normalisation undoes most of the "
             "gain: normalise first, then multiply by weight.",
         ): {"gain": "before"},
+        Mistake(
+            "mean-absolute-value",
+            "it divides by the mean absolute value of x; RMSNorm divides by the root mean "
+            "square, sqrt(mean(x²) + eps).",
+        ): {"square": "abs", "root": False},
     }
-    for description, how in catalogue.items():
-        m[description] = _rms_variant(x, w, eps, **how)
-    with torch.no_grad():
-        m[
-            Mistake(
-                "mean-absolute-value",
-                "it divides by the mean absolute value of x; RMSNorm divides by the root mean "
-                "square, sqrt(mean(x²) + eps).",
-            )
-        ] = x / (x.abs().mean(dim=-1, keepdim=True) + eps) * w
-    axis = "it normalises over the wrong axis: "
+    axes = (  # (whether x has it, id, which axes, dims)
+        (x.dim() >= 2 and x.shape[0] > 1, "normalises-over-batch", "the batch axis (dim 0)", (0,)),
+        (
+            x.dim() == 3 and x.shape[1] > 1,
+            "normalises-over-sequence",
+            "the sequence axis (dim 1), mixing the positions of a sentence",
+            (1,),
+        ),
+        (
+            x.dim() >= 3,
+            "normalises-over-whole-sequence",
+            "all the features of a whole sequence at once",
+            tuple(range(1, x.dim())),
+        ),
+        (
+            x.dim() >= 2,
+            "normalises-over-everything",
+            "the whole tensor at once",
+            tuple(range(x.dim())),
+        ),
+    )
     own = "RMSNorm normalises each position over its own D features, the last axis"
-    if x.dim() >= 2 and x.shape[0] > 1:
-        m[Mistake("normalises-over-batch", axis + f"the batch axis (dim 0). {own}.")] = (
-            _rms_variant(x, w, eps, dims=(0,))
-        )
-    if x.dim() == 3 and x.shape[1] > 1:
-        m[
-            Mistake(
-                "normalises-over-sequence",
-                axis + f"the sequence axis (dim 1), mixing the positions of a sentence. {own}.",
-            )
-        ] = _rms_variant(x, w, eps, dims=(1,))
-    if x.dim() >= 3:
-        m[
-            Mistake(
-                "normalises-over-whole-sequence",
-                axis + f"all the features of a whole sequence at once. {own}.",
-            )
-        ] = _rms_variant(x, w, eps, dims=tuple(range(1, x.dim())))
-    if x.dim() >= 2:
-        m[Mistake("normalises-over-everything", axis + f"the whole tensor at once. {own}.")] = (
-            _rms_variant(x, w, eps, dims=tuple(range(x.dim())))
-        )
-    return m
+    for present, name, which, dims in axes:
+        if present:
+            text = f"it normalises over the wrong axis: {which}. {own}."
+            catalogue[Mistake(name, text)] = {"dims": dims}
+    return {text: _rms_variant(x, w, **({"eps": eps} | how)) for text, how in catalogue.items()}
 
 
 def _rms_reference(x, weight, eps: float = _RMS_EPS) -> torch.Tensor:
@@ -353,19 +349,14 @@ def _rms_case(x, w, eps: float | None, gradient: bool = False) -> Case:
     what += f" with x of shape {tuple(x.shape)}{_dtype_text(x)}"
     call = _rms_call(x, w, eps)
     if gradient:
-        upstream = randn(*x.shape, seed=97).to(x.dtype)
-        call = _rms_call(x, w, eps, grad=("args[0]", "args[1]"), upstream=(upstream,))
-        what += ", backpropagating"
+        call, what = _backpropagating(call, what, ("args[0]", "args[1]"), seed=97)
     return Case(
         call,
         what,
         reference=_rms_reference,
         mistakes=lambda: _rms_mistakes(x, w, actual),
         probes=(_rms_probe(x, w, eps),),
-        letters=("the shape of x",),
-        inputs={"args[0]": "x", "args[1]": "weight"},
         failure_hint=_rms_hint(x),
-        grad_names={"args[0]": "x", "args[1]": "weight"},
     )
 
 
@@ -411,7 +402,26 @@ def _rms_cases(thorough: bool) -> Iterator[Case]:
     yield _rms_case(x, w, None, gradient=True)
 
 
-check_rms_norm = runner.register_given(1, "def rms_norm(x, weight, eps=1e-6):", _rms_cases)
+_RMS_INPUTS = {"args[0]": "x", "args[1]": "weight"}
+check_rms_norm = runner.register_given(
+    1,
+    "def rms_norm(x, weight, eps=1e-6):",
+    _rms_cases,
+    forbidden=Forbidden(
+        torch={
+            F.rms_norm: "F.rms_norm (which nn.RMSNorm calls)",
+            torch.rms_norm: "torch.rms_norm",
+        },
+        python={
+            nn.RMSNorm: "nn.RMSNorm",
+            encoder_lib.rms_norm: "encoder_lib.rms_norm",
+            encoder_lib.RMSNorm: "encoder_lib.RMSNorm",
+        },
+    ),
+    letters=("the shape of x",),
+    inputs=_RMS_INPUTS,
+    grad_names=_RMS_INPUTS,
+)
 
 
 # --- exercise 2: GatedFeedForward.forward ---------------------------------------------------------
@@ -426,195 +436,160 @@ _DROP_WHERE = (
 )
 
 
-class _Gated:
-    """One configuration: ``GatedFeedForward(D, d_ff, activation, dropout=p)`` with given
-    weights (``d_ff=None``: the default width, round(8D / 3))."""
+def _gated_mistakes(
+    w: dict[str, torch.Tensor], activation: str, p: float, x: torch.Tensor, train: bool
+) -> dict[str, torch.Tensor]:
+    act = _GATED[activation]
+    wi, wo = w["wi.weight"].to(x.dtype), w["wo.weight"].to(x.dtype)
 
-    def __init__(self, d_model: int, d_ff: int | None, act: str, p: float, seed: int):
-        self.d_model, self.d_ff_arg, self.act, self.p = d_model, d_ff, act, p
-        self.d_ff = encoder_lib.gated_d_ff(d_model) if d_ff is None else d_ff
-        self.w = {
-            "wi.weight": randn(2 * self.d_ff, d_model, seed=seed) / math.sqrt(d_model) * 1.5,
-            "wo.weight": randn(d_model, self.d_ff, seed=seed + 1) / math.sqrt(self.d_ff),
-        }
-        kwargs: dict[str, Any] = {} if d_ff is None else {"d_ff": d_ff}
-        self.init = ((d_model,), {**kwargs, "activation": act, "dropout": p})
-        self.name = f"GatedFeedForward({d_model}" + ("" if d_ff is None else f", {d_ff}")
-        self.name += f", activation={act!r}, dropout={p})"
+    def drop(t: torch.Tensor, q: float = p) -> torch.Tensor:
+        return deterministic_dropout(t, q) if train else t
 
-    def reference_module(self, dtype: torch.dtype, train: bool) -> nn.Module:
-        with torch.random.fork_rng(devices=[]):  # its weights are loaded: draw nothing
-            module = encoder_lib.GatedFeedForward(self.d_model, self.d_ff, self.act, self.p)
-        module = module.to(dtype)
-        module.load_state_dict(self.w)
-        return module.train(train)
+    with torch.no_grad():
+        h = x @ wi.T  # (..., 2 d_ff)
+        a, b = h.chunk(2, dim=-1)
+        right = act(a) * b  # the gated hidden units
 
-    def call(self, x: torch.Tensor, train: bool, **extra: Any) -> Call:
-        return Call(
-            "GatedFeedForward",
-            "gated_feed_forward",
-            (x,),
-            init=self.init,
-            dtype=x.dtype,
-            state=self.w,
-            train=train,
-            inspect=True,
-            **extra,
-        )
+        def out(hidden: torch.Tensor) -> torch.Tensor:
+            return hidden @ wo.T
 
-    def mistakes(self, x: torch.Tensor, train: bool) -> dict[str, torch.Tensor]:
-        act, p = _GATED[self.act], self.p
-        wi, wo = self.w["wi.weight"].to(x.dtype), self.w["wo.weight"].to(x.dtype)
-
-        def drop(t: torch.Tensor, q: float = p) -> torch.Tensor:
-            return deterministic_dropout(t, q) if train else t
-
-        with torch.no_grad():
-            h = x @ wi.T  # (..., 2 d_ff)
-            a, b = h.chunk(2, dim=-1)
-
-            def out(hidden: torch.Tensor) -> torch.Tensor:
-                return hidden @ wo.T
-
-            if train:
-                m = {
-                    Mistake(
-                        "dropout-missing",
-                        "its output in training mode equals the eval-mode output: dropout is "
-                        f"missing in training. With p = {p}, {_DROP_WHERE}.",
-                    ): out(act(a) * b),
-                    Mistake(
-                        "dropout-on-output", f"dropout acts on wo's output; {_DROP_WHERE}."
-                    ): drop(out(act(a) * b)),
-                    Mistake(
-                        "dropout-on-input", f"dropout is applied to the input x; {_DROP_WHERE}."
-                    ): out(act(drop(x) @ wi.T).chunk(2, -1)[0] * (drop(x) @ wi.T).chunk(2, -1)[1]),
-                    Mistake(
-                        "dropout-on-activated-half",
-                        "dropout is applied to the activated half before the product. In "
-                        "distribution that drops the same units, but the check compares exactly "
-                        f"which units are dropped: {_DROP_WHERE}, as the instructions ask.",
-                    ): out(drop(act(a)) * b),
-                    Mistake(
-                        "dropout-on-linear-half",
-                        "dropout is applied to the linear half before the product. In "
-                        "distribution that drops the same units, but the check compares exactly "
-                        f"which units are dropped: {_DROP_WHERE}, as the instructions ask.",
-                    ): out(act(a) * drop(b)),
-                    Mistake(
-                        "dropout-twice",
-                        "it applies dropout twice, so the units it keeps are scaled by "
-                        f"1 / (1 - p)² instead of 1 / (1 - p): {_DROP_WHERE}, once.",
-                    ): out(drop(drop(act(a) * b))),
-                }
-                return m
-            m = {
+        if train:
+            return {
                 Mistake(
-                    "halves-swapped",
-                    "the halves' roles are swapped: the activation is on the second half of wi's "
-                    "output and the first half multiplies it. In this layout (ModernBERT's) "
-                    f"{_GATE_PLACE}. Trained weights expect one arrangement; the other is a "
-                    "different network.",
-                ): out(act(b) * a),
+                    "dropout-missing",
+                    "its output in training mode equals the eval-mode output: dropout is "
+                    f"missing in training. With p = {p}, {_DROP_WHERE}.",
+                ): out(right),
                 Mistake(
-                    "no-gate",
-                    "there is no gate: only the activated first half reaches wo, and the second "
-                    "half of wi's output is never used. A gated network multiplies the activated "
-                    "half by the linear half, feature by feature.",
-                ): out(act(a)),
+                    "dropout-on-output",
+                    f"dropout acts on wo's output; {_DROP_WHERE}.",
+                ): drop(out(right)),
                 Mistake(
-                    "only-linear-half",
-                    "there is no gate: only the second (linear) half reaches wo. "
-                    f"In a gated network {_GATE_PLACE}.",
-                ): out(b),
+                    "dropout-on-input", f"dropout is applied to the input x; {_DROP_WHERE}."
+                ): out(act(drop(x) @ wi.T).chunk(2, -1)[0] * (drop(x) @ wi.T).chunk(2, -1)[1]),
                 Mistake(
-                    "both-activated",
-                    "the activation is applied to both halves; only the first half goes through "
-                    "it, the second stays linear and multiplies it.",
-                ): out(act(a) * act(b)),
+                    "dropout-on-activated-half",
+                    "dropout is applied to the activated half before the product. In "
+                    "distribution that drops the same units, but the check compares exactly "
+                    f"which units are dropped: {_DROP_WHERE}, as the instructions ask.",
+                ): out(drop(act(a)) * b),
                 Mistake(
-                    "activation-after-product",
-                    "the activation is applied after the product; activate the first half, then "
-                    "multiply it by the second.",
-                ): out(act(a * b)),
+                    "dropout-on-linear-half",
+                    "dropout is applied to the linear half before the product. In "
+                    "distribution that drops the same units, but the check compares exactly "
+                    f"which units are dropped: {_DROP_WHERE}, as the instructions ask.",
+                ): out(act(a) * drop(b)),
                 Mistake(
-                    "no-activation",
-                    "there is no activation: the two halves are multiplied as they are. "
-                    f"{_GATE_PLACE[0].upper() + _GATE_PLACE[1:]}.",
-                ): out(a * b),
-                Mistake(
-                    "halves-added",
-                    "the two halves are added; the gate multiplies them, feature by feature.",
-                ): out(act(a) + b),
-                Mistake(
-                    "even-and-odd",
-                    "it splits wi's output into its even and odd features. The two halves are the "
-                    "first d_ff features and the last d_ff features of the last axis.",
-                ): out(act(h[..., 0::2]) * h[..., 1::2]),
-                Mistake(
-                    "glu-sigmoid-gate",
-                    "it uses a sigmoid gate (the original GLU, as F.glu computes). This layer's "
-                    "gate is the activation the activation argument names, in self.activation.",
-                ): out(a * torch.sigmoid(b)),
-                Mistake(
-                    "sigmoid-activation",
-                    "it uses a sigmoid on the first half; the activation is self.activation (GELU "
-                    "or SiLU, as the activation argument says).",
-                ): out(torch.sigmoid(a) * b),
-                Mistake(
-                    "relu-activation",
-                    "it uses ReLU (that would be ReGLU); call self.activation, which the given "
-                    "__init__ sets from the activation argument.",
-                ): out(F.relu(a) * b),
-                Mistake(
-                    "residual-inside-ffn",
-                    "you added the input x to the output. That is the residual connection, which "
-                    "the encoder layer adds around the FFN; the FFN returns only wo's output.",
-                ): (x + out(act(a) * b)),
+                    "dropout-twice",
+                    "it applies dropout twice, so the units it keeps are scaled by "
+                    f"1 / (1 - p)² instead of 1 / (1 - p): {_DROP_WHERE}, once.",
+                ): out(drop(drop(right))),
             }
-            if self.act == "gelu":
-                m[
-                    Mistake(
-                        "always-silu",
-                        "it uses SiLU although activation='gelu' was asked (GeGLU): call "
-                        "self.activation, which the given __init__ sets from the argument.",
-                    )
-                ] = out(F.silu(a) * b)
-                m[
-                    Mistake(
-                        "gelu-tanh",
-                        "it uses GELU's tanh approximation (approximate='tanh'); self.activation "
-                        "is the exact GELU, F.gelu's default.",
-                    )
-                ] = out(F.gelu(a, approximate="tanh") * b)
-            else:
-                m[
-                    Mistake(
-                        "always-gelu",
-                        "it uses GELU although activation='silu' was asked (SwiGLU): call "
-                        "self.activation, which the given __init__ sets from the argument.",
-                    )
-                ] = out(F.gelu(a) * b)
-            if p > 0:
-                m[
-                    Mistake(
-                        "dropout-in-eval",
-                        "dropout is still active in eval mode: use self.dropout (the nn.Dropout "
-                        "module, which model.eval() switches off), not F.dropout with its "
-                        "training=True default.",
-                    )
-                ] = out(deterministic_dropout(act(a) * b, p))
-            return m
+        m = {
+            Mistake(
+                "halves-swapped",
+                "the halves' roles are swapped: the activation is on the second half of wi's "
+                "output and the first half multiplies it. In this layout (ModernBERT's) "
+                f"{_GATE_PLACE}. Trained weights expect one arrangement; the other is a "
+                "different network.",
+            ): out(act(b) * a),
+            Mistake(
+                "no-gate",
+                "there is no gate: only the activated first half reaches wo, and the second "
+                "half of wi's output is never used. A gated network multiplies the activated "
+                "half by the linear half, feature by feature.",
+            ): out(act(a)),
+            Mistake(
+                "only-linear-half",
+                "there is no gate: only the second (linear) half reaches wo. "
+                f"In a gated network {_GATE_PLACE}.",
+            ): out(b),
+            Mistake(
+                "both-activated",
+                "the activation is applied to both halves; only the first half goes through "
+                "it, the second stays linear and multiplies it.",
+            ): out(act(a) * act(b)),
+            Mistake(
+                "activation-after-product",
+                "the activation is applied after the product; activate the first half, then "
+                "multiply it by the second.",
+            ): out(act(a * b)),
+            Mistake(
+                "no-activation",
+                "there is no activation: the two halves are multiplied as they are. "
+                f"{_GATE_PLACE[0].upper() + _GATE_PLACE[1:]}.",
+            ): out(a * b),
+            Mistake(
+                "halves-added",
+                "the two halves are added; the gate multiplies them, feature by feature.",
+            ): out(act(a) + b),
+            Mistake(
+                "even-and-odd",
+                "it splits wi's output into its even and odd features. The two halves are the "
+                "first d_ff features and the last d_ff features of the last axis.",
+            ): out(act(h[..., 0::2]) * h[..., 1::2]),
+            Mistake(
+                "glu-sigmoid-gate",
+                "it uses a sigmoid gate (the original GLU, as F.glu computes). This layer's "
+                "gate is the activation the activation argument names, in self.activation.",
+            ): out(a * torch.sigmoid(b)),
+            Mistake(
+                "sigmoid-activation",
+                "it uses a sigmoid on the first half; the activation is self.activation (GELU "
+                "or SiLU, as the activation argument says).",
+            ): out(torch.sigmoid(a) * b),
+            Mistake(
+                "relu-activation",
+                "it uses ReLU (that would be ReGLU); call self.activation, which the given "
+                "__init__ sets from the activation argument.",
+            ): out(F.relu(a) * b),
+            Mistake(
+                "residual-inside-ffn",
+                "you added the input x to the output. That is the residual connection, which "
+                "the encoder layer adds around the FFN; the FFN returns only wo's output.",
+            ): (x + out(right)),
+        }
+        if activation == "gelu":
+            m |= {
+                Mistake(
+                    "always-silu",
+                    "it uses SiLU although activation='gelu' was asked (GeGLU): call "
+                    "self.activation, which the given __init__ sets from the argument.",
+                ): out(F.silu(a) * b),
+                Mistake(
+                    "gelu-tanh",
+                    "it uses GELU's tanh approximation (approximate='tanh'); self.activation "
+                    "is the exact GELU, F.gelu's default.",
+                ): out(F.gelu(a, approximate="tanh") * b),
+            }
+        else:
+            m |= {
+                Mistake(
+                    "always-gelu",
+                    "it uses GELU although activation='silu' was asked (SwiGLU): call "
+                    "self.activation, which the given __init__ sets from the argument.",
+                ): out(F.gelu(a) * b)
+            }
+        if p > 0:
+            m |= {
+                Mistake(
+                    "dropout-in-eval",
+                    "dropout is still active in eval mode: use self.dropout (the nn.Dropout "
+                    "module, which model.eval() switches off), not F.dropout with its "
+                    "training=True default.",
+                ): out(deterministic_dropout(right, p))
+            }
+        return m
 
 
-def _gated_hint(g: _Gated) -> Callable[[Failure], str | None]:
+def _gated_hint(d_model: int, d_ff: int) -> Callable[[Failure], str | None]:
     def hint(failure: Failure) -> str | None:
         words = ("cannot be multiplied", "size of tensor", "must match")
         if failure.error == "RuntimeError" and any(w in failure.message for w in words):
             return Mistake(
                 "halves-not-split",
-                f"wi maps D = {g.d_model} features to 2·d_ff = {2 * g.d_ff} (both halves at "
-                f"once) and wo takes d_ff = {g.d_ff}: split wi's output into two halves of "
+                f"wi maps D = {d_model} features to 2·d_ff = {2 * d_ff} (both halves at "
+                f"once) and wo takes d_ff = {d_ff}: split wi's output into two halves of "
                 "d_ff along the last axis and combine them before wo.",
             )
         return None
@@ -632,62 +607,69 @@ def _gated_case(
     dtype: torch.dtype = torch.float64,
     gradient: bool = False,
 ) -> Case:
-    g = _Gated(shape[-1], d_ff, act, p, seed)
+    """``GatedFeedForward(D, d_ff, act, dropout=p)`` with given weights (``d_ff=None``: the
+    default width, round(8D / 3)) on an x of ``shape``."""
+    D = shape[-1]
+    width = encoder_lib.gated_d_ff(D) if d_ff is None else d_ff
+    w = {
+        "wi.weight": randn(2 * width, D, seed=seed) / math.sqrt(D) * 1.5,
+        "wo.weight": randn(D, width, seed=seed + 1) / math.sqrt(width),
+    }
+    with torch.random.fork_rng(devices=[]):  # its weights are loaded: draw nothing
+        ref = encoder_lib.GatedFeedForward(D, width, act, p).to(dtype)
+    ref.load_state_dict(w)
     x = randn(*shape, seed=seed + 5).to(dtype)
-    ref = g.reference_module(dtype, train=False)
-    call = g.call(x, train)
-    what = f"{g.name}(x) in {'training' if train else 'eval'} mode, x of shape {shape}"
+    init = ((D,), {**({} if d_ff is None else {"d_ff": d_ff}), "activation": act, "dropout": p})
+    call = Call(
+        "GatedFeedForward",
+        "gated_feed_forward",
+        (x,),
+        init=init,
+        dtype=dtype,
+        state=w,
+        train=train,
+        inspect=True,
+    )
+    name = f"GatedFeedForward({D}" + ("" if d_ff is None else f", {d_ff}")
+    name += f", activation={act!r}, dropout={p})"
+    what = f"{name}(x) in {'training' if train else 'eval'} mode, x of shape {shape}"
     what += _dtype_text(x)
-    grads, grad_names = None, {}
+    grad_names = {}
     if gradient:
-        upstream = randn(*shape, seed=seed + 6).to(dtype)
-        call = g.call(x, train, grad=("args[0]", "parameters"), upstream=(upstream,))
-        grads = reference_grads(ref.train(train), call)
-        ref.eval()
+        call, what = _backpropagating(call, what, ("args[0]", "parameters"), seed=seed + 6)
         grad_names = {"args[0]": "x", "parameters.wi.weight": "wi", "parameters.wo.weight": "wo"}
-        what += ", backpropagating"
-    return Case(
+    case = Case(
         call,
         what,
-        expected=_layers.reference_output(ref, call),
-        mistakes=lambda: g.mistakes(x, train),
-        probes=(_layers.right_in_eval(ref, call, _DROP_WHERE),) if train else (),
-        slots=("its output",),
-        letters=("the shape of x",),
+        reference=ref.train(train),
+        mistakes=lambda: _gated_mistakes(w, act, p, x, train),
         shape_hints=(
             {
-                (*shape[:-1], g.d_ff): Mistake(
+                (*shape[:-1], width): Mistake(
                     "no-wo",
-                    f"Its last size is the hidden width d_ff = {g.d_ff}: the "
+                    f"Its last size is the hidden width d_ff = {width}: the "
                     "gated hidden units must go through wo back to D.",
                 ),
-                (*shape[:-1], 2 * g.d_ff): Mistake(
+                (*shape[:-1], 2 * width): Mistake(
                     "no-wo",
                     "Its last size is 2·d_ff, wi's output: split it "
                     "into two halves, combine them, and map the result back to D with wo.",
                 ),
             },
         ),
-        module=ModuleSpec(
-            parameters=("wi.weight", "wo.weight"),
-            names_message=(
-                f"{g.name} has the parameters {{got}}, but {{expected}} were expected: keep the "
-                "given __init__ (wi and wo have no biases, as in ModernBERT and Llama)."
-            ),
-            forbidden_submodules={
-                f"{cls.__module__}.{cls.__qualname__}": name
-                for cls, name in observe.FORBIDDEN["gated_feed_forward"].python.items()
-            },
-            not_module_message=(
-                "{call} should build an nn.Module: keep the given "
-                "`class GatedFeedForward(nn.Module)` and its __init__."
-            ),
+        module=_module(
+            "GatedFeedForward",
+            w,
+            f"{name} has the parameters {{got}}, but {{expected}} were expected: keep the "
+            "given __init__ (wi and wo have no biases, as in ModernBERT and Llama).",
+            _GATED_FORBIDDEN,
         ),
-        inputs={"args[0]": "x"},
-        failure_hint=_gated_hint(g),
-        grads=grads,
+        failure_hint=_gated_hint(D, width),
         grad_names=grad_names,
     )
+    if train:  # after the reference has given the expected values: this leaves it in eval mode
+        case.probes = (_layers.right_in_eval(ref, call, _DROP_WHERE),)
+    return case
 
 
 def _gated_cases(thorough: bool) -> Iterator[Case]:
@@ -706,8 +688,17 @@ def _gated_cases(thorough: bool) -> Iterator[Case]:
     yield _gated_case((2, 3, 6), 5, "gelu", 0.3, seed=1110, train=True, gradient=True)
 
 
+_GATED_FORBIDDEN = Forbidden(
+    python={encoder_lib.GatedFeedForward: "encoder_lib.GatedFeedForward", **_LAYERS}
+)
 check_gated_feed_forward = runner.register_given(
-    2, "class GatedFeedForward(nn.Module):", _gated_cases
+    2,
+    "class GatedFeedForward(nn.Module):",
+    _gated_cases,
+    forbidden=_GATED_FORBIDDEN,
+    slots=("its output",),
+    letters=("the shape of x",),
+    inputs={"args[0]": "x"},
 )
 
 
@@ -833,9 +824,9 @@ def _rotary_mistakes(x, cos, sin, pairing: str) -> dict[str, torch.Tensor]:
         }
 
 
-def _rotary_call(x, cos, sin, pairing: str | None, **extra: Any) -> Call:
+def _rotary_call(x, cos, sin, pairing: str | None) -> Call:
     kwargs = {} if pairing is None else {"pairing": pairing}
-    return Call("apply_rotary", "apply_rotary", (x, cos, sin), kwargs, **extra)
+    return Call("apply_rotary", "apply_rotary", (x, cos, sin), kwargs)
 
 
 def _rotary_probes(x, cos, sin, pairing: str | None):
@@ -898,17 +889,13 @@ def _rotary_case(
     what = f"apply_rotary(x, cos, sin{text}) with x of shape {shape}{_dtype_text(x)} and "
     what += "the angles of rotary_angles" if table else "random angles"
     if gradient:
-        upstream = randn(*shape, seed=seed + 2).to(dtype)
-        call = _rotary_call(x, cos, sin, pairing, grad=("args[0]",), upstream=(upstream,))
-        what += ", backpropagating"
+        call, what = _backpropagating(call, what, ("args[0]",), seed=seed + 2)
     return Case(
         call,
         what,
         reference=encoder_lib.apply_rotary,
         mistakes=lambda: _rotary_mistakes(x, cos, sin, asked),
         probes=_rotary_probes(x, cos, sin, pairing),
-        slots=("the rotated x",),
-        letters=("the shape of x",),
         shape_hints=(
             {
                 (*shape[:-1], d_head // 2): Mistake(
@@ -923,9 +910,6 @@ def _rotary_case(
                 ),
             },
         ),
-        inputs={"args[0]": "x", "args[1]": "cos", "args[2]": "sin"},
-        failure_hint=_rotary_hint,
-        grad_names={"args[0]": "x"},
     )
 
 
@@ -945,7 +929,20 @@ def _rotary_cases(thorough: bool) -> Iterator[Case]:
 
 
 check_apply_rotary = runner.register_given(
-    3, 'def apply_rotary(x, cos, sin, pairing="halves"):', _rotary_cases
+    3,
+    'def apply_rotary(x, cos, sin, pairing="halves"):',
+    _rotary_cases,
+    forbidden=Forbidden(
+        python={
+            encoder_lib.apply_rotary: "encoder_lib.apply_rotary",
+            encoder_lib.RotaryEmbedding: "encoder_lib.RotaryEmbedding",
+        }
+    ),
+    slots=("the rotated x",),
+    letters=("the shape of x",),
+    inputs={"args[0]": "x", "args[1]": "cos", "args[2]": "sin"},
+    failure_hint=_rotary_hint,
+    grad_names={"args[0]": "x"},
 )
 
 
@@ -1033,13 +1030,7 @@ def _window_case(length: int, window: int) -> Case:
         expected=expected,
         mistakes=lambda: _window_mistakes(length, window),
         probes=(first_difference,),
-        slots=("the mask",),
-        letters=("(L, L)",),
         shape_hints=(dict.fromkeys(((1, length, length), (1, 1, length, length)), _PLAIN_MASK),),
-        messages={
-            "dtype": "{slot} has dtype {got}; it must be boolean (torch.bool), True = may attend: "
-            "compare the distances with the half-width and keep the result as it is."
-        },
     )
 
 
@@ -1056,6 +1047,15 @@ check_sliding_window_mask = runner.register_given(
     "def sliding_window_mask(length, window):",
     _window_cases,
     reference=encoder_lib.sliding_window_mask,
+    forbidden=Forbidden(
+        python={encoder_lib.sliding_window_mask: "encoder_lib.sliding_window_mask"}
+    ),
+    slots=("the mask",),
+    letters=("(L, L)",),
+    messages={
+        "dtype": "{slot} has dtype {got}; it must be boolean (torch.bool), True = may attend: "
+        "compare the distances with the half-width and keep the result as it is."
+    },
 )
 
 
@@ -1249,37 +1249,35 @@ def _layer_mistakes(ref, x, mask, window: int | None, train: bool) -> dict[str, 
         ): f(scale_by_d_model=True),
     }
     if mask is not None:
-        entries[
+        entries |= {
             Mistake(
                 "padding-ignored",
                 "it ignores the padding mask, so padding leaks into the real positions: pass the "
                 "mask on to the attention (the check calls layer(x, mask=mask) by keyword).",
-            )
-        ] = f(combine="window_only")
-        entries[
+            ): f(combine="window_only"),
             Mistake(
                 "mask-inverted",
                 "it inverts the padding mask: True already means 'may attend', so use it as it is.",
-            )
-        ] = f(combine="inverted")
+            ): f(combine="inverted"),
+        }
     if window is not None:
         if mask is not None:
-            entries[
+            entries |= {
                 Mistake(
                     "mask-or-window",
                     "it combines the padding mask and the window with OR, so a query may attend to "
                     "a key that is either real or near. Both must hold: True = may attend in each "
                     "mask, and a key is allowed only where both are True.",
-                )
-            ] = f(combine="or")
-        entries[
+                ): f(combine="or")
+            }
+        entries |= {
             Mistake(
                 "window-ignored",
                 f"the window is ignored: with window={window} each query may see only "
                 f"{window // 2} keys on each side (and itself), but it attends to the whole "
                 "sequence. Build the (L, L) band and combine it with the padding mask.",
-            )
-        ] = f(combine="mask_only")
+            ): f(combine="mask_only")
+        }
         half = window // 2
         bands = {
             Mistake(
@@ -1306,13 +1304,13 @@ def _layer_mistakes(ref, x, mask, window: int | None, train: bool) -> dict[str, 
         for description, band in bands.items():
             if band[0] <= band[1]:
                 entries[Mistake(description.id, description + _OWN_MASK)] = f(band=band)
-        entries[
+        entries |= {
             Mistake(
                 "band-reversed",
                 "the band has the wrong polarity: True must mean 'may attend', for the keys near "
                 "the query." + _OWN_MASK,
-            )
-        ] = f(band_inverted=True)
+            ): f(band_inverted=True)
+        }
     if train:
         entries |= {
             Mistake(
@@ -1337,13 +1335,13 @@ def _layer_mistakes(ref, x, mask, window: int | None, train: bool) -> dict[str, 
             ): f(drop2=False),
         }
     elif ref.self_attn.dropout > 0:
-        entries[
+        entries |= {
             Mistake(
                 "attention-dropout-in-eval",
                 "the attention weights get dropout in eval mode too: pass self.attn_dropout as the "
                 "dropout probability only while self.training, 0 otherwise.",
-            )
-        ] = f(attn_drop_in_eval=True)
+            ): f(attn_drop_in_eval=True)
+        }
     return _layers.catalogue(ref, train, entries)
 
 
@@ -1393,14 +1391,15 @@ def _layer_case(
     p: float,
     pairing: str,
     lengths: list[int],
-    L: int,
     seed: int,
     train: bool = False,
     dtype: torch.dtype = torch.float64,
     padding: bool = True,
     gradient: bool = False,
 ) -> Case:
-    B = len(lengths)
+    """The layer on an x of shape (B, L, D), B = len(lengths) sequences of L = max(lengths)
+    positions, sequence b real at its first lengths[b] (the padding mask, unless not padding)."""
+    B, L = len(lengths), max(lengths)
     ref = _reference_layer(D, H, d_ff, window, p, pairing, seed, dtype)
     x = randn(B, L, D, seed=seed + 2).to(dtype)
     mask = keep_first(lengths, L) if padding else None
@@ -1454,62 +1453,58 @@ def _layer_case(
     )
 
     grads, grad_names = None, {}
-    if gradient:
-        upstream = randn(B, L, D, seed=seed + 5).to(dtype)
-        call = dataclasses.replace(call, grad=("args[0]", "parameters"), upstream=(upstream,))
+    if gradient:  # the probes above ask without gradients
+        call, what = _backpropagating(call, what, ("args[0]", "parameters"), seed=seed + 5)
         library = reference_grads(ref.train(train), call)  # the library's parameter names
         ref.eval()
         grads = {"args[0]": library["args[0]"]} | {
             f"parameters.{ours}": library[f"parameters.{theirs}"] for ours, theirs in _STATE.items()
         }
         grad_names = {"args[0]": "x"} | {f"parameters.{n}": n for n in _STATE}
-        what += ", backpropagating"
     return Case(
         call,
         what,
         expected=_layers.reference_output(ref, call),
         mistakes=lambda: _layer_mistakes(ref, x, mask, window, train),
         probes=(no_leak, local, _layers.right_in_eval(ref, call, _LAYER_DROPOUT_WHERE)),
-        slots=("the layer's output",),
-        letters=("(B, L, D)",),
-        module=ModuleSpec(
-            parameters=tuple(_STATE),
-            names_message=(
-                "ModernEncoderLayer should have the parameters of the given __init__ and no "
-                "other, got {got}: keep the given __init__ (no biases anywhere)."
-            ),
-            forbidden_submodules={
-                f"{cls.__module__}.{cls.__qualname__}": name
-                for cls, name in observe.FORBIDDEN["modern_encoder_layer"].python.items()
-            },
-            not_module_message=(
-                "{call} should build an nn.Module: keep the given "
-                "`class ModernEncoderLayer(nn.Module)` and its __init__."
-            ),
-        ),
-        inputs={"args[0]": "x", "mask": "mask"},
-        failure_hint=_layer_hint,
         grads=grads,
         grad_names=grad_names,
     )
 
 
 def _layer_cases(thorough: bool) -> Iterator[Case]:
-    yield _layer_case(8, 2, 12, None, 0.1, "halves", [7, 5, 3], 7, seed=1301)
-    yield _layer_case(8, 2, 12, 4, 0.1, "halves", [9, 7], 9, seed=1302)
-    yield _layer_case(8, 2, 12, 4, 0.2, "adjacent", [8, 6], 8, seed=1303, train=True)
-    yield _layer_case(8, 2, 10, 2, 0.0, "adjacent", [6, 5], 6, seed=1304, gradient=True)
+    yield _layer_case(8, 2, 12, None, 0.1, "halves", [7, 5, 3], seed=1301)
+    yield _layer_case(8, 2, 12, 4, 0.1, "halves", [9, 7], seed=1302)
+    yield _layer_case(8, 2, 12, 4, 0.2, "adjacent", [8, 6], seed=1303, train=True)
+    yield _layer_case(8, 2, 10, 2, 0.0, "adjacent", [6, 5], seed=1304, gradient=True)
     if not thorough:
         return
-    yield _layer_case(12, 3, 16, 6, 0.1, "halves", [10, 10], 10, seed=1305, padding=False)
-    yield _layer_case(8, 2, 12, None, 0.0, "adjacent", [5, 2], 5, seed=1306)
-    yield _layer_case(8, 4, 12, 4, 0.1, "halves", [9, 8], 9, seed=1307, dtype=torch.float32)
-    yield _layer_case(8, 2, 12, None, 0.3, "halves", [6, 4, 6], 6, seed=1308, train=True)
-    yield _layer_case(8, 2, 12, 8, 0.1, "adjacent", [6, 3], 6, seed=1309)  # wider than L
-    yield _layer_case(8, 2, 12, 2, 0.1, "halves", [1], 1, seed=1310)
-    yield _layer_case(8, 2, 12, 4, 0.2, "halves", [9, 7], 9, seed=1311, train=True, gradient=True)
+    yield _layer_case(12, 3, 16, 6, 0.1, "halves", [10, 10], seed=1305, padding=False)
+    yield _layer_case(8, 2, 12, None, 0.0, "adjacent", [5, 2], seed=1306)
+    yield _layer_case(8, 4, 12, 4, 0.1, "halves", [9, 8], seed=1307, dtype=torch.float32)
+    yield _layer_case(8, 2, 12, None, 0.3, "halves", [6, 4, 6], seed=1308, train=True)
+    yield _layer_case(8, 2, 12, 8, 0.1, "adjacent", [6, 3], seed=1309)  # wider than L
+    yield _layer_case(8, 2, 12, 2, 0.1, "halves", [1], seed=1310)
+    yield _layer_case(8, 2, 12, 4, 0.2, "halves", [9, 7], seed=1311, train=True, gradient=True)
 
 
+_LAYER_FORBIDDEN = Forbidden(
+    python={**_LAYERS, encoder_lib.ModernSelfAttention: "encoder_lib.ModernSelfAttention"}
+)
 check_modern_encoder_layer = runner.register_given(
-    5, "class ModernEncoderLayer(nn.Module):", _layer_cases
+    5,
+    "class ModernEncoderLayer(nn.Module):",
+    _layer_cases,
+    forbidden=_LAYER_FORBIDDEN,
+    slots=("the layer's output",),
+    letters=("(B, L, D)",),
+    module=_module(
+        "ModernEncoderLayer",
+        _STATE,
+        "ModernEncoderLayer should have the parameters of the given __init__ and no other, got "
+        "{got}: keep the given __init__ (no biases anywhere).",
+        _LAYER_FORBIDDEN,
+    ),
+    inputs={"args[0]": "x", "mask": "mask"},
+    failure_hint=_layer_hint,
 )
