@@ -143,15 +143,6 @@ def _token_ids(lengths: list[int], length: int, vocab: int, pad: int, seed: int)
 
 # --- (a) masked_mean -----------------------------------------------------------------------------
 
-_MEAN_DTYPE = (
-    "{slot} has dtype {got}, but h was {expected}: keep h's dtype (convert keep with "
-    ".to(h.dtype), not .float())."
-)
-_MEAN_NO_GRAD = (
-    "{slot} is not connected to h (no torch.no_grad(), .detach() or .item() in masked_mean): "
-    "no gradient would reach the encoder under it, so it could not learn."
-)
-
 
 def _mean_mistakes(h: torch.Tensor, keep: torch.Tensor) -> dict[str, torch.Tensor]:
     plain, padding, total, by_length = _wrong_poolings(h, keep)
@@ -221,7 +212,6 @@ def _mean_case(h: torch.Tensor, keep: torch.Tensor | list[int], gradient: bool =
         what,
         reference=_masked_mean,
         mistakes=lambda: _mean_mistakes(h, keep),
-        letters=("(B, D)",),
         shape_hints=(
             {
                 (B, L): Mistake(
@@ -237,9 +227,6 @@ def _mean_case(h: torch.Tensor, keep: torch.Tensor | list[int], gradient: bool =
                 ),
             },
         ),
-        inputs={"args[0]": "h", "args[1]": "keep"},
-        failure_hint=_trailing_axis_hint,
-        messages={"dtype": _MEAN_DTYPE, "no_grad": _MEAN_NO_GRAD},
     )
 
 
@@ -258,7 +245,20 @@ def _mean_cases(thorough: bool) -> Iterator[Case]:
     yield _mean_case(randn(2, 4, 3, seed=61), [3, 1], gradient=True)
 
 
-check_masked_mean = runner.register_given("(a)", "def masked_mean(h, keep):", _mean_cases)
+check_masked_mean = runner.register_given(
+    "(a)",
+    "def masked_mean(h, keep):",
+    _mean_cases,
+    letters=("(B, D)",),
+    inputs={"args[0]": "h", "args[1]": "keep"},
+    failure_hint=_trailing_axis_hint,
+    messages={
+        "dtype": "{slot} has dtype {got}, but h was {expected}: keep h's dtype (convert keep with "
+        ".to(h.dtype), not .float()).",
+        "no_grad": "{slot} is not connected to h (no torch.no_grad(), .detach() or .item() in "
+        "masked_mean): no gradient would reach the encoder under it, so it could not learn.",
+    },
+)
 
 
 # --- (b) train_step: the scenario, in the student's kernel ---------------------------------------
@@ -395,8 +395,9 @@ class _StepSetup:
             for i, (name, p) in enumerate(model.named_parameters())
         }
 
-    def call(self) -> Call:
-        return Call(
+    def case(self) -> Case:
+        """The case: the scenario's call, its value judged by ``_judge_train_step``."""
+        call = Call(
             "train_step",
             "train_step",
             train=self.train,
@@ -410,6 +411,13 @@ class _StepSetup:
                 batches=self.batches,
             ),
             seed=self.seed,
+        )
+        return Case(
+            call,
+            f"train_step(model, optimizer, token_ids, labels) twice, on batches of shape (4, 6), "
+            f"the model handed over in {'train' if self.train else 'eval'} mode with gradients "
+            "left in .grad",
+            judge=lambda obs, ask: _judge_train_step(self, obs),
         )
 
     def model(self, state: Mapping[str, torch.Tensor], train: bool = True) -> _Classifier:
@@ -638,19 +646,6 @@ def _parameter_problem(s, state, ids, labels, grads, got, events) -> str:
     )
 
 
-def _step_case(seed: int, train: bool) -> Case:
-    s = _StepSetup(seed, train)
-    mode = "train" if train else "eval"
-    return Case(
-        s.call(),
-        f"train_step(model, optimizer, token_ids, labels) twice, on batches of shape (4, 6), "
-        f"the model handed over in {mode} mode with gradients left in .grad",
-        expected=None,
-        failure_hint=_step_hint,
-        judge=lambda obs, ask: _judge_train_step(s, obs),
-    )
-
-
 def _step_hint(failure: Failure) -> str | None:
     if "does not require grad" in failure.message:
         return Mistake(
@@ -667,14 +662,17 @@ def _step_hint(failure: Failure) -> str | None:
 
 
 def _step_cases(thorough: bool) -> Iterator[Case]:
-    yield _step_case(300, train=False)
+    yield _StepSetup(300, train=False).case()
     if thorough:
-        yield _step_case(310, train=True)
-        yield _step_case(320, train=False)
+        yield _StepSetup(310, train=True).case()
+        yield _StepSetup(320, train=False).case()
 
 
 check_train_step = runner.register_given(
-    "(b)", "def train_step(model, optimizer, token_ids, labels):", _step_cases
+    "(b)",
+    "def train_step(model, optimizer, token_ids, labels):",
+    _step_cases,
+    failure_hint=_step_hint,
 )
 
 
@@ -702,11 +700,6 @@ observe.SCENARIOS[_POOLING] = _run_with_reference_pooling
 
 
 # --- (c) SentimentClassifier.forward: the cases --------------------------------------------------
-
-_CLASSIFIER_DTYPE = (
-    "{slot} has dtype {got}, but the model is {expected}: keep the model's dtype (no .float() or "
-    ".double(), no new tensors made with a fixed dtype)."
-)
 
 
 def _classifier_mistakes(model: _Classifier, ids: torch.Tensor, train: bool):
@@ -835,7 +828,6 @@ def _classifier_case(
     model = _reference_classifier(seed, dtype, *init[0], **init[1]).train(train)
     ids = _token_ids(lengths, L, vocab, pad, seed + 1)
     keep = ids != pad  # (B, L)
-    state = {k: v.clone() for k, v in model.state_dict().items()}
     what = f"SentimentClassifier{init[0]}(token_ids) with token_ids of shape {(B, L)}"
     what += f" ({dtype})" if dtype != torch.float64 else ""
     what += " in training mode" if train else ""
@@ -845,7 +837,7 @@ def _classifier_case(
         (ids,),
         init=init,
         dtype=dtype,
-        state=state,
+        state={k: v.clone() for k, v in model.state_dict().items()},
         train=train,
         grad=("parameters",) if gradient else (),
         upstream=(randn(B, 2, seed=seed + 3).to(dtype),) if gradient else None,
@@ -853,22 +845,19 @@ def _classifier_case(
         scenario=_POOLING,
         seed=seed,
     )
-    grads, grad_names = None, {}
+    grads = None
     if gradient:
         library = reference_grads(model, call)
         order = sorted(library, key=lambda n: not n.startswith("parameters.encoder."))
         grads = {name: library[name] for name in order}  # the encoder's first
-        grad_names = {name: f"self.{name.removeprefix('parameters.')}" for name in order}
         what += ", backpropagating"
-    with reference_mode(), torch.no_grad():
-        expected = model(ids)
     return Case(
         call,
         what,
-        expected=expected,
+        reference=model,
+        grads=grads,
+        grad_names={name: f"self.{name.removeprefix('parameters.')}" for name in grads or ()},
         mistakes=lambda: _classifier_mistakes(model, ids, train),
-        slots=("the output",),
-        letters=("(B, 2)",),
         shape_hints=(
             {
                 (B, L, 2): Mistake(
@@ -896,8 +885,6 @@ def _classifier_case(
                 "embedding, an encoder and a head), got {got}: keep the given __init__."
             ),
         ),
-        inputs={"args[0]": "token_ids"},
-        failure_hint=_classifier_hint,
         locate=Locate(
             model,
             ("embedding", "positional", "encoder", "head"),
@@ -906,9 +893,6 @@ def _classifier_case(
             },
             functions={"masked_mean({}, keep)": lambda h: _masked_mean(h, keep)},
         ),
-        messages={"dtype": _CLASSIFIER_DTYPE},
-        grads=grads,
-        grad_names=grad_names,
     )
 
 
@@ -941,5 +925,15 @@ def _classifier_cases(thorough: bool) -> Iterator[Case]:
 
 
 check_sentiment_classifier = runner.register_given(
-    "(c)", "class SentimentClassifier(nn.Module):", _classifier_cases
+    "(c)",
+    "class SentimentClassifier(nn.Module):",
+    _classifier_cases,
+    slots=("the output",),
+    letters=("(B, 2)",),
+    inputs={"args[0]": "token_ids"},
+    failure_hint=_classifier_hint,
+    messages={
+        "dtype": "{slot} has dtype {got}, but the model is {expected}: keep the model's dtype (no "
+        ".float() or .double(), no new tensors made with a fixed dtype)."
+    },
 )
