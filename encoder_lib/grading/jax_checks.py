@@ -467,9 +467,25 @@ def _float32(*shape: int, seed: int) -> torch.Tensor:
     return randn(*shape, seed=seed).to(torch.float32)
 
 
-def _keep(lengths: Sequence[int], L: int) -> torch.Tensor:
-    """(B, L), True at each sequence's first ``lengths[b]`` positions (real tokens)."""
+def _keep(lengths: Sequence[int] | None, L: int) -> torch.Tensor | None:
+    """(B, L), True at each sequence's first ``lengths[b]`` positions (real tokens); None
+    without lengths."""
+    if lengths is None:
+        return None
     return torch.arange(L)[None, :] < torch.tensor(list(lengths))[:, None]
+
+
+def _seeded(seed: int, make: Callable[[], nn.Module]) -> nn.Module:
+    """``make()`` with its weights drawn from ``seed``, not from the notebook's random stream."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return make()
+
+
+def _own(module: nn.Module, *args: Any, **kwargs: Any) -> Any:
+    """PyTorch's own module in evaluation mode: what a deterministic case expects."""
+    with torch.no_grad():
+        return module.eval()(*args, **kwargs)
 
 
 def _randomised(module: nn.Module, seed: int) -> dict[str, torch.Tensor]:
@@ -585,27 +601,20 @@ def _fresh_keys(target: str) -> Callable[[Observation, Any], str | None]:
 
 
 def _module_call(
-    target: str,
-    exercise: str,
-    init: tuple,
-    x,
-    state,
-    layout: str,
-    train: bool,
-    seed: int,
-    steps: int = 1,
-    **kwargs: Any,
+    target: str, layout: str, init: tuple, x, state, train: bool, seed: int, keep=None
 ) -> Call:
+    """``target(*init)`` (exercise ``jax_<layout>``) with PyTorch's ``state`` written in, called
+    on ``x`` (and ``padding_mask=keep``), twice in training mode."""
     return Call(
         target,
-        exercise,
+        f"jax_{layout}",
         args=(x,),
-        kwargs=kwargs,
+        kwargs={} if keep is None else {"padding_mask": keep},
         init=(init, {}),
         state=state,
         train=train,
         scenario="jax",
-        options={"setup": "module", "layout": layout, "steps": steps},
+        options={"setup": "module", "layout": layout, "steps": 2 if train else 1},
         seed=seed,
     )
 
@@ -616,7 +625,12 @@ _FLAX_SUBMODULES = {
 }
 
 
-def _module_spec(cls: str, parameters: Sequence[str], given: bool) -> ModuleSpec:
+def _parameters(*owners: str, names: Sequence[str] = ("kernel", "bias")) -> list[str]:
+    """The dotted names of the parameters ``names`` of each of ``owners`` (NNX's names)."""
+    return [f"{owner}.{name}" for owner in owners for name in names]
+
+
+def _module_spec(cls: str, parameters: Sequence[str], given: bool = True) -> ModuleSpec:
     keep = "keep the given __init__" if given else "name them scale and bias, as nnx.LayerNorm"
     return ModuleSpec(
         forbidden_submodules=_FLAX_SUBMODULES,
@@ -631,44 +645,49 @@ def _module_spec(cls: str, parameters: Sequence[str], given: bool) -> ModuleSpec
 
 
 def _steps_case(
-    target: str,
-    what: str,
+    made: str,
     call: Call,
-    reference: Callable[[list[torch.Tensor | None]], torch.Tensor],
-    masks: _Masks,
     sites: Sequence[tuple[tuple[int, ...], str]],
-    rate: float,
-    spec: ModuleSpec,
-    hint: Callable[[Failure], str | None],
-    mistakes: Callable[[list[torch.Tensor | None]], Mapping[str, torch.Tensor]] | None = None,
-    probes: Sequence[Any] = (),
+    formula: Callable[[list[torch.Tensor | None], str], torch.Tensor],
+    table: Mapping[str, Mistake],
+    want: torch.Tensor | None = None,
 ) -> Case:
-    """A module case: deterministic (the reference's own output) or in training mode, called
-    twice (the reference applies the masks each call recorded)."""
-    none = [None] * len(sites)
-    if call.train:
-        expected: Any = lambda: tuple(reference(m) for m in masks.steps)  # noqa: E731
+    """A module case (``made``: the module as the student reads it): deterministic, compared to
+    ``want`` (PyTorch's own module) or else to ``formula`` without masks, or in training mode,
+    called twice, compared to ``formula`` with the masks each call recorded at ``sites``.
+    ``formula(masks, way)`` gives each mistake of ``table`` too (those of the padding mask only
+    when the call has one)."""
+    target, train, rate = call.target, call.train, call.init[0][-1]
+    x, keep = call.args[0], call.kwargs.get("padding_mask")
+    mode = "with deterministic=False, called twice" if train else "with deterministic=True"
+    padding = "" if keep is None else f", padding_mask with lengths {keep.sum(-1).tolist()}"
+    what = f"{made}, {mode}, x of shape {tuple(x.shape)}{padding}"
+    masks, none = _Masks(), [None] * len(sites)
+
+    def mistakes(m: list[torch.Tensor | None]) -> dict[str, torch.Tensor]:
+        return {
+            text: formula(m, way)
+            for way, text in table.items()
+            if keep is not None or not way.startswith("mask")
+        }
+
+    if train:
+        expected: Any = lambda: tuple(formula(m, "") for m in masks.steps)  # noqa: E731
         slots: Sequence[str] = (f"the output of {what}, first call", "the same, second call")
-        wrong = None if mistakes is None else (lambda: _per_step(mistakes, masks))
+        wrong = lambda: _per_step(mistakes, masks)  # noqa: E731
     else:
-        expected = lambda: reference(none)  # noqa: E731
+        expected = lambda: formula(none, "") if want is None else want  # noqa: E731
         slots = (f"the output of {what}",)
-        wrong = None if mistakes is None else (lambda: mistakes(none))
+        wrong = lambda: mistakes(none)  # noqa: E731
     return Case(
         call,
         what,
         expected=expected,
         mistakes=wrong,
-        probes=probes,
-        requires=(_fresh_keys(target),) if call.train else (),
+        requires=(_fresh_keys(target),) if train else (),
         slots=slots,
         letters=("the shape of x",) * len(slots),
-        atol=ATOL,
-        rtol=RTOL,
-        module=spec,
-        precheck=_sites(target, call.train, rate, sites, masks),
-        inputs={"args[0]": "x"},
-        failure_hint=hint,
+        precheck=_sites(target, train, rate, sites, masks),
     )
 
 
@@ -679,6 +698,27 @@ def _per_step(mistakes, masks: _Masks) -> dict[str, tuple[torch.Tensor, ...]]:
     if not per_step:
         return {}
     return {text: tuple(values[text] for values in per_step) for text in per_step[0]}
+
+
+def _register_nnx(
+    number: int, target: str, name: str, cases, wrong_kind: str = "", **case_fields: Any
+) -> Callable[..., None]:
+    """Register exercise ``number``, the NNX class ``target`` graded by ``test_jax_<name>``, as
+    ``register_given`` does a PyTorch module's; every case's input is x, compared to float32's
+    rounding, and an exception names JAX's immutable arrays unless ``case_fields`` say else."""
+    keep = f"keep the given `class {target}(nnx.Module)` and its __init__, and write __call__."
+    shared = {"inputs": {"args[0]": "x"}, "atol": ATOL, "rtol": RTOL, "failure_hint": _hint()}
+    return runner.register(
+        Exercise(
+            f"jax_{name}",
+            f"Exercise {number} · {target}",
+            target,
+            f"test_jax_{name}",
+            "nnx class",
+            wrong_kind or keep,
+            runner.with_case_fields(cases, **(shared | case_fields)),
+        )
+    )
 
 
 # --- exercise 1: dropout -------------------------------------------------------------------------
@@ -805,9 +845,7 @@ def _dropout_case(shape: tuple[int, ...], rate: float, seed: int) -> Case:
         options={"setup": "function", "runs": runs},
     )
     what = f"dropout(x, rate={rate:g}, deterministic=..., key=...) with x of shape {shape}"
-    return Case(
-        call, what, expected=None, judge=_dropout_judge(x, rate, runs), failure_hint=_hint()
-    )
+    return Case(call, what, judge=_dropout_judge(x, rate, runs))
 
 
 def _dropout_cases(thorough: bool) -> Iterator[Case]:
@@ -820,16 +858,12 @@ def _dropout_cases(thorough: bool) -> Iterator[Case]:
     yield _dropout_case((2, 5, 8), 1.0, seed=10_050)
 
 
-check_jax_dropout = runner.register(
-    Exercise(
-        "jax_dropout",
-        "Exercise 1 · dropout",
-        "dropout",
-        "test_jax_dropout",
-        "function",
-        "keep the given `def dropout(x, rate, *, deterministic, key):`",
-        _dropout_cases,
-    )
+check_jax_dropout = runner.register_given(
+    1,
+    "def dropout(x, rate, *, deterministic, key):",
+    _dropout_cases,
+    name="jax_dropout",
+    failure_hint=_hint(),
 )
 
 
@@ -897,17 +931,12 @@ def _linear_case(d_in: int, d_out: int, bias: bool, seed: int) -> Case:
         what,
         expected=(weight.T.contiguous(), b),
         mistakes=mistakes,
-        probes=(_linear_not_changed,),
-        slots=("the layer's kernel after the call", "the layer's bias after the call"),
-        letters=("(in, out)", "(out,)"),
         shape_hints=(
             {
                 (d_out, d_in): "That is nn.Linear's layout, (out, in): nnx.Linear's kernel is its "
                 "transpose, (in, out)."
             },
         ),
-        atol=0.0,
-        rtol=0.0,
         failure_hint=_linear_hint(d_in, d_out),
     )
 
@@ -924,16 +953,16 @@ def _linear_cases(thorough: bool) -> Iterator[Case]:
     yield _linear_case(32, 16, False, seed=10_150)
 
 
-check_jax_load_linear = runner.register(
-    Exercise(
-        "jax_load_linear",
-        "Exercise 2 · load_linear",
-        "load_linear",
-        "test_jax_load_linear",
-        "function",
-        "keep the given `def load_linear(layer, weight, bias):`",
-        _linear_cases,
-    )
+check_jax_load_linear = runner.register_given(
+    2,
+    "def load_linear(layer, weight, bias):",
+    _linear_cases,
+    name="jax_load_linear",
+    probes=(_linear_not_changed,),
+    slots=("the layer's kernel after the call", "the layer's bias after the call"),
+    letters=("(in, out)", "(out,)"),
+    atol=0.0,
+    rtol=0.0,
 )
 
 
@@ -1007,25 +1036,17 @@ def _ln_case(shape, seed: int, epsilon: float | None, scale: float = 1.0, shift:
         what += f" with a spread of {scale:g}"
     if shift:
         what += f" and a mean of {shift:g}"
-    with torch.no_grad():
-        expected = torch_norm(x)
     return Case(
         call,
         what,
-        expected=expected,
+        reference=torch_norm,
         mistakes=lambda: {
             text: _layer_norm(x, state["weight"], state["bias"], eps, way)
             for way, text in _LN_MISTAKES.items()
             if (way == "eps argument ignored") == (epsilon is not None) or way not in _EPS_WAYS
         },
         probes=(_ln_cancellation,) if shift else (),
-        slots=("its output",),
-        letters=("the shape of x",),
         atol=2e-4 if shift else ATOL if scale >= 1.0 else 1e-4,  # float32 near 300: ulp 3e-5
-        rtol=RTOL,
-        module=_module_spec("LayerNorm", ("scale", "bias"), given=False),
-        inputs={"args[0]": "x"},
-        failure_hint=_hint(),
     )
 
 
@@ -1041,17 +1062,16 @@ def _ln_cases(thorough: bool) -> Iterator[Case]:
 
 
 # Run with `module(x)`: LayerNorm has no `deterministic` argument.
-check_jax_layer_norm = runner.register(
-    Exercise(
-        "jax_layer_norm",
-        "Exercise 3 · LayerNorm",
-        "LayerNorm",
-        "test_jax_layer_norm",
-        "nnx class",
-        "write `class LayerNorm(nnx.Module)` with __init__(self, num_features, *, "
-        "epsilon=..., rngs=None) and __call__(self, x).",
-        _ln_cases,
-    )
+check_jax_layer_norm = _register_nnx(
+    3,
+    "LayerNorm",
+    "layer_norm",
+    _ln_cases,
+    "write `class LayerNorm(nnx.Module)` with __init__(self, num_features, *, "
+    "epsilon=..., rngs=None) and __call__(self, x).",
+    slots=("its output",),
+    letters=("the shape of x",),
+    module=_module_spec("LayerNorm", ("scale", "bias"), given=False),
 )
 
 
@@ -1078,45 +1098,18 @@ _FF_MISTAKES = {
 
 def _ff_case(shape, d_ff: int, p: float, train: bool, seed: int) -> Case:
     D = shape[-1]
-    torch_ff = nn.Sequential()
-    with torch.random.fork_rng(devices=[]):  # the notebook's random stream is not drawn from
-        torch_ff.linear1, torch_ff.linear2 = nn.Linear(D, d_ff), nn.Linear(d_ff, D)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        torch_ff.linear1.reset_parameters()
-        torch_ff.linear2.reset_parameters()
-    state = _randomised(torch_ff, seed)
-    x = _float32(*shape, seed=seed + 1)
-    masks = _Masks()
-    sites = [((*shape[:-1], d_ff), "the hidden units after the activation")]
-    call = _module_call(
-        "FeedForward",
-        "jax_feed_forward",
-        (D, d_ff, p),
-        x,
-        state,
-        "feed_forward",
-        train,
+    ff = _seeded(
         seed,
-        steps=2 if train else 1,
+        lambda: nn.ModuleDict({"linear1": nn.Linear(D, d_ff), "linear2": nn.Linear(d_ff, D)}),
     )
-    mode = "with deterministic=False, called twice" if train else "with deterministic=True"
-    what = f"FeedForward({D}, {d_ff}, {p:g}) with PyTorch's weights, {mode}, x of shape {shape}"
+    state = _randomised(ff, seed)
+    x = _float32(*shape, seed=seed + 1)
     return _steps_case(
-        "FeedForward",
-        what,
-        call,
-        lambda m: _feed_forward(state, x, m, p),
-        masks,
-        sites,
-        p,
-        _module_spec(
-            "FeedForward", [f"linear{i}.{n}" for i in (1, 2) for n in ("kernel", "bias")], True
-        ),
-        _hint(),
-        mistakes=lambda m: {
-            text: _feed_forward(state, x, m, p, way=way) for way, text in _FF_MISTAKES.items()
-        },
+        f"FeedForward({D}, {d_ff}, {p:g}) with PyTorch's weights",
+        _module_call("FeedForward", "feed_forward", (D, d_ff, p), x, state, train, seed),
+        [((*shape[:-1], d_ff), "the hidden units after the activation")],
+        lambda m, way: _feed_forward(state, x, m, p, way=way),
+        _FF_MISTAKES,
     )
 
 
@@ -1132,16 +1125,12 @@ def _ff_cases(thorough: bool) -> Iterator[Case]:
     yield _ff_case((3, 4, 8), 16, 0.5, train=True, seed=10_350)
 
 
-check_jax_feed_forward = runner.register(
-    Exercise(
-        "jax_feed_forward",
-        "Exercise 4 · FeedForward",
-        "FeedForward",
-        "test_jax_feed_forward",
-        "nnx class",
-        "keep the given `class FeedForward(nnx.Module)` and its __init__, and write __call__.",
-        _ff_cases,
-    )
+check_jax_feed_forward = _register_nnx(
+    4,
+    "FeedForward",
+    "feed_forward",
+    _ff_cases,
+    module=_module_spec("FeedForward", _parameters("linear1", "linear2")),
 )
 
 
@@ -1197,57 +1186,17 @@ def _attention_hint(failure: Failure) -> str | None:
 
 
 def _mha_case(B, L, D, H, p, lengths, train: bool, seed: int) -> Case:
-    with torch.random.fork_rng(devices=[]):  # its weights from the seed, not the notebook's
-        torch.manual_seed(seed)
-        torch_mha = nn.MultiheadAttention(D, H, dropout=p, batch_first=True)
-    state = _randomised(torch_mha, seed)
-    x = _float32(B, L, D, seed=seed + 1)
-    keep = None if lengths is None else _keep(lengths, L)
-    kwargs = {} if keep is None else {"padding_mask": keep}
-    masks = _Masks()
-    sites = [((B, H, L, L), "the attention weights")]
-    call = _module_call(
-        "MultiHeadAttention",
-        "jax_attention",
-        (D, H, p),
-        x,
-        state,
-        "attention",
-        train,
-        seed,
-        steps=2 if train else 1,
-        **kwargs,
-    )
-    mode = "with deterministic=False, called twice" if train else "with deterministic=True"
-    padding = "" if lengths is None else f", padding_mask with lengths {list(lengths)}"
-    what = f"MultiHeadAttention({D}, {H}, {p:g}) with PyTorch's weights, {mode}, "
-    what += f"x of shape {(B, L, D)}{padding}"
-    if not train:
-        torch_mha.eval()
-        with torch.no_grad():
-            want, _ = torch_mha(x, x, x, key_padding_mask=None if keep is None else ~keep)
-        reference = lambda m: want  # noqa: E731 (PyTorch's own module)
-    else:
-        reference = lambda m: _attention(state, x, keep, H, m, p)  # noqa: E731
+    mha = _seeded(seed, lambda: nn.MultiheadAttention(D, H, dropout=p, batch_first=True))
+    state = _randomised(mha, seed)
+    x, keep = _float32(B, L, D, seed=seed + 1), _keep(lengths, L)
+    padding = None if keep is None else ~keep  # PyTorch's way round: True = padding
     return _steps_case(
-        "MultiHeadAttention",
-        what,
-        call,
-        reference,
-        masks,
-        sites,
-        p,
-        _module_spec(
-            "MultiHeadAttention",
-            [f"{n}.{k}" for n in ("query", "key", "value", "out") for k in ("kernel", "bias")],
-            True,
-        ),
-        _hint(_attention_hint),
-        mistakes=lambda m: {
-            text: _attention(state, x, keep, H, m, p, way=way)
-            for way, text in _MHA_MISTAKES.items()
-            if keep is not None or not way.startswith("mask")
-        },
+        f"MultiHeadAttention({D}, {H}, {p:g}) with PyTorch's weights",
+        _module_call("MultiHeadAttention", "attention", (D, H, p), x, state, train, seed, keep),
+        [((B, H, L, L), "the attention weights")],
+        lambda m, way: _attention(state, x, keep, H, m, p, way=way),
+        _MHA_MISTAKES,
+        want=None if train else _own(mha, x, x, x, key_padding_mask=padding)[0],
     )
 
 
@@ -1262,17 +1211,13 @@ def _mha_cases(thorough: bool) -> Iterator[Case]:
     yield _mha_case(2, 5, 16, 4, 0.5, (2, 5), train=True, seed=10_460)
 
 
-check_jax_attention = runner.register(
-    Exercise(
-        "jax_attention",
-        "Exercise 5 · MultiHeadAttention",
-        "MultiHeadAttention",
-        "test_jax_attention",
-        "nnx class",
-        "keep the given `class MultiHeadAttention(nnx.Module)` and its __init__, and write "
-        "__call__.",
-        _mha_cases,
-    )
+check_jax_attention = _register_nnx(
+    5,
+    "MultiHeadAttention",
+    "attention",
+    _mha_cases,
+    module=_module_spec("MultiHeadAttention", _parameters("query", "key", "value", "out")),
+    failure_hint=_hint(_attention_hint),
 )
 
 
@@ -1323,67 +1268,27 @@ _BLOCK_MISTAKES = {
 def _block_case(B, L, D, H, d_ff, p, lengths, train: bool, seed: int, small=False) -> Case:
     """``small``: activations of about 0.003 (small weights and input), where the norms'
     epsilon shows."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        layer = nn.TransformerEncoderLayer(D, H, d_ff, p, batch_first=True)
+    layer = _seeded(seed, lambda: nn.TransformerEncoderLayer(D, H, d_ff, p, batch_first=True))
     state = _randomised(layer, seed)
-    x = _float32(B, L, D, seed=seed + 1)
+    x, keep = _float32(B, L, D, seed=seed + 1), _keep(lengths, L)
     if small:
         state = {k: v if k.startswith("norm") else 0.05 * v for k, v in state.items()}
         layer.load_state_dict(state)
         x = 0.003 * x
-    keep = None if lengths is None else _keep(lengths, L)
-    kwargs = {} if keep is None else {"padding_mask": keep}
-    masks = _Masks()
+    padding = None if keep is None else ~keep  # PyTorch's way round: True = padding
     sites = [
         ((B, H, L, L), "the attention weights"),
         ((B, L, D), "the attention's output, before the residual sum"),
         ((B, L, d_ff), "the feed-forward network's hidden units"),
         ((B, L, D), "the feed-forward network's output, before the residual sum"),
     ]
-    call = _module_call(
-        "EncoderBlock",
-        "jax_encoder_block",
-        (D, H, d_ff, p),
-        x,
-        state,
-        "encoder_block",
-        train,
-        seed,
-        steps=2 if train else 1,
-        **kwargs,
-    )
-    mode = "with deterministic=False, called twice" if train else "with deterministic=True"
-    padding = "" if lengths is None else f", padding_mask with lengths {list(lengths)}"
-    what = f"EncoderBlock({D}, {H}, {d_ff}, {p:g}) with the weights of "
-    what += f"nn.TransformerEncoderLayer, {mode}, x of shape {(B, L, D)}{padding}"
-    if train:
-        reference = lambda m: _block(state, x, keep, H, m, p)  # noqa: E731
-    else:
-        layer.eval()
-        with torch.no_grad():
-            want = layer(x, src_key_padding_mask=None if keep is None else ~keep)
-        reference = lambda m: want  # noqa: E731 (PyTorch's own layer)
-    names = [
-        f"attention.{n}.{k}" for n in ("query", "key", "value", "out") for k in ("kernel", "bias")
-    ]
-    names += [f"feed_forward.linear{i}.{k}" for i in (1, 2) for k in ("kernel", "bias")]
-    names += [f"norm{i}.{k}" for i in (1, 2) for k in ("scale", "bias")]
     return _steps_case(
-        "EncoderBlock",
-        what,
-        call,
-        reference,
-        masks,
+        f"EncoderBlock({D}, {H}, {d_ff}, {p:g}) with the weights of nn.TransformerEncoderLayer",
+        _module_call("EncoderBlock", "encoder_block", (D, H, d_ff, p), x, state, train, seed, keep),
         sites,
-        p,
-        _module_spec("EncoderBlock", names, True),
-        _hint(),
-        mistakes=lambda m: {
-            text: _block(state, x, keep, H, m, p, way=way)
-            for way, text in _BLOCK_MISTAKES.items()
-            if keep is not None or not way.startswith("mask")
-        },
+        lambda m, way: _block(state, x, keep, H, m, p, way=way),
+        _BLOCK_MISTAKES,
+        want=None if train else _own(layer, x, src_key_padding_mask=padding),
     )
 
 
@@ -1398,14 +1303,16 @@ def _block_cases(thorough: bool) -> Iterator[Case]:
     yield _block_case(2, 5, 16, 4, 32, 0.1, (5, 2), train=False, seed=10_560, small=True)
 
 
-check_jax_encoder_block = runner.register(
-    Exercise(
-        "jax_encoder_block",
-        "Exercise 6 · EncoderBlock",
-        "EncoderBlock",
-        "test_jax_encoder_block",
-        "nnx class",
-        "keep the given `class EncoderBlock(nnx.Module)` and its __init__, and write __call__.",
-        _block_cases,
-    )
+_BLOCK_PARAMETERS = (
+    _parameters(*(f"attention.{n}" for n in ("query", "key", "value", "out")))
+    + _parameters("feed_forward.linear1", "feed_forward.linear2")
+    + _parameters("norm1", "norm2", names=("scale", "bias"))
+)
+
+check_jax_encoder_block = _register_nnx(
+    6,
+    "EncoderBlock",
+    "encoder_block",
+    _block_cases,
+    module=_module_spec("EncoderBlock", _BLOCK_PARAMETERS),
 )
