@@ -54,7 +54,7 @@ from torch import nn
 import encoder_lib
 
 from . import _layers, observe, runner
-from .feedback import GradingError, Mistake
+from .feedback import Mistake
 from .locate import Locate
 from .observe import Call, Failure, Forbidden, Observation
 from .runner import (
@@ -77,36 +77,13 @@ __all__ = [
     "check_encoder",
 ]
 
+# nn.TransformerEncoderLayer always reaches one of these, which a message names.
 _LAYER_KERNELS = {
     torch._transformer_encoder_layer_fwd: "torch._transformer_encoder_layer_fwd "
     "(nn.TransformerEncoderLayer's fused kernel)",
     F.multi_head_attention_forward: "F.multi_head_attention_forward "
     "(nn.MultiheadAttention, inside nn.TransformerEncoderLayer)",
 }
-observe.FORBIDDEN["sinusoidal_positional_encoding"] = Forbidden(
-    python={
-        encoder_lib.sinusoidal_table: "encoder_lib.embeddings.sinusoidal_table",
-        encoder_lib.SinusoidalPositionalEncoding: (
-            "encoder_lib.embeddings.SinusoidalPositionalEncoding"
-        ),
-    }
-)
-observe.FORBIDDEN["make_padding_mask"] = Forbidden(
-    python={encoder_lib.padding_mask: "encoder_lib.masks.padding_mask"}
-)
-# nn.TransformerEncoderLayer always reaches one of _LAYER_KERNELS, which a message names.
-observe.FORBIDDEN["encoder_layer"] = Forbidden(
-    torch=_LAYER_KERNELS, python={encoder_lib.EncoderLayer: "encoder_lib.encoder.EncoderLayer"}
-)
-observe.FORBIDDEN["encoder"] = Forbidden(
-    torch=_LAYER_KERNELS,
-    python={
-        encoder_lib.TransformerEncoder: "encoder_lib.encoder.TransformerEncoder",
-        encoder_lib.SentenceEncoder: "encoder_lib.model.SentenceEncoder",
-        nn.TransformerEncoder: "nn.TransformerEncoder",
-        nn.TransformerEncoderLayer: "nn.TransformerEncoderLayer",
-    },
-)
 
 
 def _ids(batch: int, length: int, vocab: int, pad: int, lengths: list[int], seed: int):
@@ -117,6 +94,11 @@ def _ids(batch: int, length: int, vocab: int, pad: int, lengths: list[int], seed
     for b, n in enumerate(lengths):
         ids[b, n:] = pad
     return ids
+
+
+def _dtype_note(dtype: torch.dtype) -> str:
+    """How a case's description names a dtype other than float64."""
+    return "" if dtype == torch.float64 else f" ({dtype})"
 
 
 # --- (a) sinusoidal positional encoding ----------------------------------------------------------
@@ -172,7 +154,6 @@ _PE_MISTAKES = {
 
 
 def _pe_case(max_len: int, d_model: int) -> Case:
-    table = encoder_lib.sinusoidal_table(max_len, d_model)  # (max_len, D), torch's default dtype
     multiplied = _pe_variant(max_len, d_model, "multiply")
 
     def multiplies(obs: Observation, ask: Ask) -> str | None:
@@ -187,18 +168,15 @@ def _pe_case(max_len: int, d_model: int) -> Case:
         return None
 
     layout = "the Encoder adds self.pe[:L] to batch-first (B, L, D) data, where the (L, D) table"
-    case = Case(
+    return Case(
         Call(
             "sinusoidal_positional_encoding", "sinusoidal_positional_encoding", (max_len, d_model)
         ),
         f"sinusoidal_positional_encoding({max_len}, {d_model})",
-        expected=table,
         mistakes=lambda: {
             text: _pe_variant(max_len, d_model, k) for k, text in _PE_MISTAKES.items()
         },
         probes=(multiplies,),
-        slots=("the table",),
-        letters=("(max_len, D)",),
         shape_hints=(
             {
                 (max_len, 1, d_model): Mistake(
@@ -213,19 +191,8 @@ def _pe_case(max_len: int, d_model: int) -> Case:
                 ),
             },
         ),
-        atol=1e-4,
-        rtol=0.0,
-        any_float=True,
-        messages={
-            "dtype": Mistake(
-                "pe-not-float",
-                "{slot} has dtype {got}; it must be a floating-point tensor (sin and cos of "
-                "the angles, between -1 and 1).",
-            )
-        },
+        reference=encoder_lib.sinusoidal_table,  # (max_len, D), torch's default dtype
     )
-
-    return case
 
 
 def _pe_cases(thorough: bool) -> Iterator[Case]:
@@ -237,15 +204,37 @@ def _pe_cases(thorough: bool) -> Iterator[Case]:
 
 
 check_sinusoidal_positional_encoding = runner.register_given(
-    "(a)", "def sinusoidal_positional_encoding(max_len, d_model):", _pe_cases
+    "(a)",
+    "def sinusoidal_positional_encoding(max_len, d_model):",
+    _pe_cases,
+    forbidden=Forbidden(
+        python={
+            encoder_lib.sinusoidal_table: "encoder_lib.embeddings.sinusoidal_table",
+            encoder_lib.SinusoidalPositionalEncoding: (
+                "encoder_lib.embeddings.SinusoidalPositionalEncoding"
+            ),
+        }
+    ),
+    slots=("the table",),
+    letters=("(max_len, D)",),
+    atol=1e-4,
+    rtol=0.0,
+    any_float=True,
+    messages={
+        "dtype": Mistake(
+            "pe-not-float",
+            "{slot} has dtype {got}; it must be a floating-point tensor (sin and cos of "
+            "the angles, between -1 and 1).",
+        )
+    },
 )
 
 
 # --- (b) padding mask ----------------------------------------------------------------------------
 
 
-def _mask_case(token_ids: torch.Tensor, pad_id: int) -> Case:
-    B, L = token_ids.shape
+def _mask_case(B: int, L: int, vocab: int, pad_id: int, lengths: list[int], seed: int) -> Case:
+    token_ids = _ids(B, L, vocab, pad_id, lengths, seed)
     expected = encoder_lib.padding_mask(token_ids, pad_id)  # (B, 1, 1, L)
     mistakes = {
         Mistake(
@@ -280,8 +269,6 @@ def _mask_case(token_ids: torch.Tensor, pad_id: int) -> Case:
         expected=expected,
         mistakes=mistakes,
         probes=(first_difference,),
-        slots=("the mask",),
-        letters=("(B, 1, 1, L)",),
         shape_hints=(
             {
                 (B, L): Mistake(
@@ -303,24 +290,16 @@ def _mask_case(token_ids: torch.Tensor, pad_id: int) -> Case:
                 ),
             },
         ),
-        inputs={"args[0]": "token_ids"},
-        messages={
-            "dtype": Mistake(
-                "mask-not-bool",
-                "{slot} has dtype {got}; it must be boolean (torch.bool), True = may attend. "
-                "Compare the ids with pad_id (`!=`) and keep the result as it is.",
-            )
-        },
     )
 
 
 def _mask_cases(thorough: bool) -> Iterator[Case]:
-    yield _mask_case(_ids(3, 6, 20, 0, [4, 2, 6], seed=51), 0)
-    yield _mask_case(_ids(2, 5, 20, 3, [5, 1], seed=52), 3)
+    yield _mask_case(3, 6, 20, 0, [4, 2, 6], seed=51)
+    yield _mask_case(2, 5, 20, 3, [5, 1], seed=52)
     if thorough:
-        yield _mask_case(_ids(1, 1, 9, 0, [1], seed=53), 0)
-        yield _mask_case(_ids(4, 9, 30, 7, [9, 3, 0, 5], seed=54), 7)
-        yield _mask_case(_ids(5, 2, 12, 1, [2, 1, 2, 0, 1], seed=55), 1)
+        yield _mask_case(1, 1, 9, 0, [1], seed=53)
+        yield _mask_case(4, 9, 30, 7, [9, 3, 0, 5], seed=54)
+        yield _mask_case(5, 2, 12, 1, [2, 1, 2, 0, 1], seed=55)
 
 
 check_make_padding_mask = runner.register_given(
@@ -328,6 +307,17 @@ check_make_padding_mask = runner.register_given(
     "def make_padding_mask(token_ids, pad_id):",
     _mask_cases,
     reference=encoder_lib.padding_mask,
+    forbidden=Forbidden(python={encoder_lib.padding_mask: "encoder_lib.masks.padding_mask"}),
+    slots=("the mask",),
+    letters=("(B, 1, 1, L)",),
+    inputs={"args[0]": "token_ids"},
+    messages={
+        "dtype": Mistake(
+            "mask-not-bool",
+            "{slot} has dtype {got}; it must be boolean (torch.bool), True = may attend. "
+            "Compare the ids with pad_id (`!=`) and keep the result as it is.",
+        )
+    },
 )
 
 
@@ -351,15 +341,8 @@ def _layer_formula(
 
 
 _LAYER_PARTS = (
-    "self_attn",
-    "dropout1",
-    "norm1",
-    "linear1",
-    "dropout",
-    "linear2",
-    "dropout2",
-    "norm2",
-)
+    "self_attn", "dropout1", "norm1", "linear1", "dropout", "linear2", "dropout2", "norm2",
+)  # fmt: skip
 """The given sub-modules, whose calls localise a mistake no catalogue entry names."""
 
 _DROPOUTS = _layers.Dropouts(
@@ -430,10 +413,21 @@ def _layer_mistakes(ref, x, mask, norm_first: bool, train: bool) -> dict[str, to
     return _layers.catalogue(ref, train, m)
 
 
+def _pair_hint(failure: Failure) -> str | None:
+    if "tuple" not in failure.message:
+        return None
+    return Mistake(
+        "attention-pair-not-unpacked",
+        "self.self_attn returns a pair (output, weights): unpack it into two names (the "
+        "weights are not needed here) and use the output.",
+    )
+
+
 def _layer_case(
-    D, H, d_ff, p, norm_first, B, L, lengths, seed, mask_kind="padding", train=False, dtype=None
-) -> Case:
-    dtype = dtype or torch.float64
+    D, H, d_ff, p, norm_first, B, L, lengths, seed,
+    mask_kind="padding", train=False, dtype=torch.float64, backward=False,
+) -> Case:  # fmt: skip
+    """``backward``: the gradients of an upstream drawn with ``seed + 4``, too."""
     ref = _reference_layer(D, H, d_ff, p, norm_first, seed, dtype)
     x = randn(B, L, D, seed=seed + 2).to(dtype)
     mask = {
@@ -467,38 +461,21 @@ def _layer_case(
         ~pad if leaks else ...,
         when=leaks,
     )
-
-    def pair_hint(failure: Failure) -> str | None:
-        if "tuple" not in failure.message:
-            return None
-        return Mistake(
-            "attention-pair-not-unpacked",
-            "self.self_attn returns a pair (output, weights): unpack it into two names (the "
-            "weights are not needed here) and use the output.",
-        )
-
-    mode = f"norm_first={norm_first}"
     extra = {"padding": "", "causal": ", causal mask", "none": ", no mask"}[mask_kind]
-    what = f"EncoderLayer({D}, {H}, {d_ff}, {p}, {mode}) on x of shape {(B, L, D)}{extra}"
-    if dtype != torch.float64:
-        what += f" ({dtype})"
-    return Case(
+    case = Case(
         call,
-        what + (" in training mode" if train else ""),
+        f"EncoderLayer({D}, {H}, {d_ff}, {p}, norm_first={norm_first}) on x of shape "
+        f"{(B, L, D)}{extra}{_dtype_note(dtype)}" + (" in training mode" if train else ""),
         expected=_layers.reference_output(ref, call),
         mistakes=lambda: _layer_mistakes(ref, x, mask, norm_first, train),
         probes=(no_leak, _layers.right_in_eval(ref, call, _DROPOUTS.where)),
-        letters=("(B, L, D)",),
-        module=ModuleSpec(
-            keep_init="keep the given __init__ (its sub-modules self_attn, linear1, linear2, "
-            "norm1, norm2 have the names of nn.TransformerEncoderLayer)"
-        ),
-        inputs={"args[0]": "x", "mask": "mask"},
-        failure_hint=pair_hint,
         locate=Locate(
             ref, _LAYER_PARTS, {"args[0]": "x (the layer's input)"}, functions=_layers.FUNCTIONS
         ),
     )
+    if backward:
+        return _layers.backpropagating(case, ref, upstream=randn(B, L, D, seed=seed + 4))
+    return case
 
 
 def _layer_cases(thorough: bool) -> Iterator[Case]:
@@ -514,12 +491,24 @@ def _layer_cases(thorough: bool) -> Iterator[Case]:
         yield _layer_case(8, 2, 16, 0.5, False, 2, 6, [6, 6], seed=68, mask_kind="none", train=True)
         yield _layer_case(12, 3, 24, 0.3, True, 3, 4, [4, 1, 2], seed=69, train=True)
         yield _layer_case(16, 4, 32, 0.1, False, 2, 5, [5, 2], seed=70, dtype=torch.float32)
-        gradient = _layer_case(8, 2, 16, 0.1, False, 2, 4, [4, 2], seed=67)
-        ref = _reference_layer(8, 2, 16, 0.1, False, seed=67)
-        yield _layers.backpropagating(gradient, ref, upstream=randn(2, 4, 8, seed=71))
+        yield _layer_case(8, 2, 16, 0.1, False, 2, 4, [4, 2], seed=67, backward=True)
 
 
-check_encoder_layer = runner.register_given("(c)", "class EncoderLayer(nn.Module):", _layer_cases)
+check_encoder_layer = runner.register_given(
+    "(c)",
+    "class EncoderLayer(nn.Module):",
+    _layer_cases,
+    forbidden=Forbidden(
+        torch=_LAYER_KERNELS, python={encoder_lib.EncoderLayer: "encoder_lib.encoder.EncoderLayer"}
+    ),
+    letters=("(B, L, D)",),
+    module=ModuleSpec(
+        keep_init="keep the given __init__ (its sub-modules self_attn, linear1, linear2, "
+        "norm1, norm2 have the names of nn.TransformerEncoderLayer)"
+    ),
+    inputs={"args[0]": "x", "mask": "mask"},
+    failure_hint=_pair_hint,
+)
 
 
 # --- (d) the full encoder: its preparation, in the student's kernel -----------------------------
@@ -709,38 +698,25 @@ class _EncoderSetup:
         return x
 
 
-def _encoder_case(
-    V, D, H, d_ff, N, p, max_len, pad, B, L, lengths, seed, train=False, dtype=torch.float64
-) -> Case:
-    ids = _ids(B, L, V, pad, lengths, seed + 1)
-    s = _EncoderSetup((V, D, H, d_ff, N, p, max_len, pad), ids, seed, train, dtype)
-    what = f"Encoder{s.sizes} on token_ids of shape {(B, L)}"
-    what += f" ({dtype})" if dtype != torch.float64 else ""
-    what += " in training mode" if train else ""
+def _encoder_case(sizes, B, L, lengths, seed, train=False, dtype=torch.float64) -> Case:
+    """``sizes``: the Encoder's ``(V, D, H, d_ff, N, p, max_len, pad)``."""
+    s = _EncoderSetup(sizes, _ids(B, L, sizes[0], sizes[-1], lengths, seed + 1), seed, train, dtype)
     case = Case(
         s.call(),
-        what,
+        f"Encoder{sizes} on token_ids of shape {(B, L)}{_dtype_note(dtype)}"
+        + (" in training mode" if train else ""),
         expected=s.expected,
-        slots=("the output",),
-        letters=("(B, L, D)",),
-        module=ModuleSpec(keep_init="keep the given __init__"),
-        inputs={"args[0]": "token_ids"},
-        failure_hint=lambda failure: _sequence_first_hint(failure, B, L, D),
-        messages={
-            "dtype": "{slot} has dtype {got}, but the model is {expected}: keep the model's dtype "
-            "(no .float() or .double(), no new tensors made with a fixed dtype; the buffer self.pe "
-            "follows model.to(...))."
-        },
-    )
-    case.before = (
-        lambda obs, ask: _layers_problem(s, obs),
-        Part(lambda obs: _first_input(obs), lambda obs: _first_input_case(s, case, obs)),
-        lambda obs, ask: _run_problem(s, obs),
+        failure_hint=functools.partial(_sequence_first_hint, B, L, s.D),
+        before=(
+            lambda obs, ask: _layers_problem(s, obs),
+            Part(_first_input, lambda obs: _first_input_case(s, case, obs)),
+            lambda obs, ask: _run_problem(s, obs),
+        ),
     )
     return case
 
 
-def _sequence_first_hint(failure: Failure, B: int, L: int, D: int) -> str | None:
+def _sequence_first_hint(B: int, L: int, D: int, failure: Failure) -> str | None:
     wanted = f"tensor a ({B}) must match the size of tensor b ({L}) at non-singleton dimension 0"
     if wanted not in failure.message:
         return None
@@ -752,85 +728,72 @@ def _sequence_first_hint(failure: Failure, B: int, L: int, D: int) -> str | None
     )
 
 
-def _layers_problem(s: _EncoderSetup, obs: Observation) -> None:
+def _layers_problem(s: _EncoderSetup, obs: Observation) -> str | None:
     """Looked at first: the given sub-modules kept, the layers run, the first one with the
     padding mask."""
     parts = obs.info.get("parts", {})
     if not parts.get("embedding"):
-        raise GradingError(
-            Mistake(
-                "embedding-replaced",
-                "self.embedding should be the given encoder_lib.TokenEmbedding: keep the given "
-                "__init__.",
-            )
+        return Mistake(
+            "embedding-replaced",
+            "self.embedding should be the given encoder_lib.TokenEmbedding: keep the given "
+            "__init__.",
         )
     if parts.get("layers") != s.N:
-        raise GradingError(
-            Mistake(
-                "layers-replaced",
-                f"self.layers should be an nn.ModuleList of num_layers = {s.N} EncoderLayers: keep "
-                "the given __init__.",
-            )
+        return Mistake(
+            "layers-replaced",
+            f"self.layers should be an nn.ModuleList of num_layers = {s.N} EncoderLayers: keep "
+            "the given __init__.",
         )
     log: list[dict[str, Any]] = obs.info.get("log", [])
     for entry in log:
         if entry["keywords"]:
-            raise GradingError(
-                Mistake(
-                    "misspelt-mask-keyword",
-                    f"it calls the layers with the keyword {', '.join(entry['keywords'])}, but "
-                    "EncoderLayer.forward takes (x, mask=None): pass the mask as mask=mask. (A "
-                    "misspelt keyword is dangerous: a layer whose forward has **kwargs would "
-                    "swallow it and silently ignore the padding mask.)",
-                )
+            return Mistake(
+                "misspelt-mask-keyword",
+                f"it calls the layers with the keyword {', '.join(entry['keywords'])}, but "
+                "EncoderLayer.forward takes (x, mask=None): pass the mask as mask=mask. (A "
+                "misspelt keyword is dangerous: a layer whose forward has **kwargs would "
+                "swallow it and silently ignore the padding mask.)",
             )
     if not log:
-        raise GradingError(
-            Mistake(
-                "layers-never-run",
-                "it never runs the layers in self.layers (for layer in self.layers: "
-                "x = layer(x, mask=mask)).",
-            )
+        return Mistake(
+            "layers-never-run",
+            "it never runs the layers in self.layers (for layer in self.layers: "
+            "x = layer(x, mask=mask)).",
         )
-    problem = _mask_problem(log[0]["mask"], s.mask, s.H)
-    if problem:
-        raise GradingError(problem)
+    return _mask_problem(log[0]["mask"], s.mask, s.H)
 
 
-def _run_problem(s: _EncoderSetup, obs: Observation) -> None:
+def _run_problem(s: _EncoderSetup, obs: Observation) -> str | None:
     """Looked at once the first layer's input is right: every layer run once, in order, with
     the mask, on the previous one's output, and the last one's output returned."""
     log: list[dict[str, Any]] = obs.info["log"]
     for entry in log:
         if entry.get("error"):
-            raise GradingError(
-                Mistake(
-                    "bad-layer-input",
-                    f"layer {entry['index']} raised {entry['error']} on the input your forward "
-                    "gave it: pass x (B, L, D) and the mask (B, 1, 1, L).",
-                )
+            return Mistake(
+                "bad-layer-input",
+                f"layer {entry['index']} raised {entry['error']} on the input your forward "
+                "gave it: pass x (B, L, D) and the mask (B, 1, 1, L).",
             )
     order = [entry["index"] for entry in log]
     if order != list(range(s.N)):
-        raise GradingError(
-            Mistake(
-                "layers-out-of-order",
-                f"it runs the layers in the order {order}; each of the {s.N} layers in self.layers "
-                f"must run once, in order {list(range(s.N))}.",
-            )
+        return Mistake(
+            "layers-out-of-order",
+            f"it runs the layers in the order {order}; each of the {s.N} layers in self.layers "
+            f"must run once, in order {list(range(s.N))}.",
         )
     for entry in log[1:]:
         problem = _mask_problem(entry["mask"], s.mask, s.H)
         if problem:
-            raise GradingError(f"(layer {entry['index']}) {problem}", mistake=problem.id)
-    _judge_chain(s, log)
+            return Mistake(problem.id, f"(layer {entry['index']}) {problem}")
+    chain = _chain_problem(s, log)
+    if chain:
+        return chain
     last = s.layers[-1](log[-1]["x"], s.mask).detach()
     if not close(obs.value, last) and close(obs.value, log[0]["x"]):
-        raise GradingError(
-            Mistake(
-                "returns-embeddings", "it returns the embeddings, not the output of the last layer."
-            )
+        return Mistake(
+            "returns-embeddings", "it returns the embeddings, not the output of the last layer."
         )
+    return None
 
 
 def _first_input(obs: Observation) -> Observation:
@@ -963,7 +926,7 @@ def _first_input_case(s: _EncoderSetup, case: Case, obs: Observation) -> Case:
     )
 
 
-def _judge_chain(s: _EncoderSetup, log: list[dict[str, Any]]) -> None:
+def _chain_problem(s: _EncoderSetup, log: list[dict[str, Any]]) -> str | None:
     """Each layer gets the previous layer's output."""
     first = log[0]["x"]
     for entry in log[1:]:
@@ -972,44 +935,63 @@ def _judge_chain(s: _EncoderSetup, log: list[dict[str, Any]]) -> None:
         if close(entry["x"], previous):
             continue
         if close(entry["x"], first):
-            raise GradingError(
-                Mistake(
-                    "layer-outputs-discarded",
-                    "it discards the layers' outputs; every layer gets the embeddings. Feed each "
-                    "layer's output to the next: x = layer(x, mask=mask).",
-                )
+            return Mistake(
+                "layer-outputs-discarded",
+                "it discards the layers' outputs; every layer gets the embeddings. Feed each "
+                "layer's output to the next: x = layer(x, mask=mask).",
             )
         if s.train and close(entry["x"], s.dropout(previous)):
-            raise GradingError(
-                Mistake(
-                    "dropout-between-layers",
-                    "it applies self.dropout between the layers too: each layer has its own "
-                    "dropout; self.dropout goes once, on embedding + positional encoding, before "
-                    "the layers.",
-                )
+            return Mistake(
+                "dropout-between-layers",
+                "it applies self.dropout between the layers too: each layer has its own "
+                "dropout; self.dropout goes once, on embedding + positional encoding, before "
+                "the layers.",
             )
-        raise GradingError(
-            Mistake(
-                "layers-not-chained",
-                f"layer {i} does not get the output of layer {i - 1}. Feed each layer's output to "
-                "the next.",
-            )
+        return Mistake(
+            "layers-not-chained",
+            f"layer {i} does not get the output of layer {i - 1}. Feed each layer's output to "
+            "the next.",
         )
+    return None
+
+
+_SMALL = (23, 16, 4, 32, 2, 0.1, 12, 0)
+"""The sizes ``(V, D, H, d_ff, N, p, max_len, pad)`` of the visible cases."""
 
 
 def _encoder_cases(thorough: bool) -> Iterator[Case]:
-    yield _encoder_case(23, 16, 4, 32, 2, 0.1, 12, 0, B=2, L=7, lengths=[7, 4], seed=71)
-    yield _encoder_case(23, 16, 4, 32, 2, 0.1, 12, 0, B=2, L=7, lengths=[7, 4], seed=72, train=True)
-    yield _encoder_case(30, 8, 2, 16, 3, 0.1, 5, 5, B=3, L=5, lengths=[2, 5, 3], seed=73)
+    yield _encoder_case(_SMALL, B=2, L=7, lengths=[7, 4], seed=71)
+    yield _encoder_case(_SMALL, B=2, L=7, lengths=[7, 4], seed=72, train=True)
+    yield _encoder_case((30, 8, 2, 16, 3, 0.1, 5, 5), B=3, L=5, lengths=[2, 5, 3], seed=73)
     if thorough:
-        yield _encoder_case(9, 8, 2, 16, 1, 0.0, 4, 2, B=1, L=1, lengths=[1], seed=74)
-        yield _encoder_case(40, 12, 3, 24, 2, 0.2, 20, 1, B=4, L=9, lengths=[9, 1, 5, 8], seed=75)
+        yield _encoder_case((9, 8, 2, 16, 1, 0.0, 4, 2), B=1, L=1, lengths=[1], seed=74)
+        yield _encoder_case((40, 12, 3, 24, 2, 0.2, 20, 1), B=4, L=9, lengths=[9, 1, 5, 8], seed=75)
         yield _encoder_case(
-            40, 12, 3, 24, 3, 0.3, 20, 1, B=3, L=6, lengths=[6, 2, 4], seed=76, train=True
+            (40, 12, 3, 24, 3, 0.3, 20, 1), B=3, L=6, lengths=[6, 2, 4], seed=76, train=True
         )
-        yield _encoder_case(
-            23, 16, 4, 32, 2, 0.1, 12, 0, B=2, L=7, lengths=[7, 4], seed=77, dtype=torch.float32
-        )
+        yield _encoder_case(_SMALL, B=2, L=7, lengths=[7, 4], seed=77, dtype=torch.float32)
 
 
-check_encoder = runner.register_given("(d)", "class Encoder(nn.Module):", _encoder_cases)
+check_encoder = runner.register_given(
+    "(d)",
+    "class Encoder(nn.Module):",
+    _encoder_cases,
+    forbidden=Forbidden(
+        torch=_LAYER_KERNELS,
+        python={
+            encoder_lib.TransformerEncoder: "encoder_lib.encoder.TransformerEncoder",
+            encoder_lib.SentenceEncoder: "encoder_lib.model.SentenceEncoder",
+            nn.TransformerEncoder: "nn.TransformerEncoder",
+            nn.TransformerEncoderLayer: "nn.TransformerEncoderLayer",
+        },
+    ),
+    slots=("the output",),
+    letters=("(B, L, D)",),
+    module=ModuleSpec(),
+    inputs={"args[0]": "token_ids"},
+    messages={
+        "dtype": "{slot} has dtype {got}, but the model is {expected}: keep the model's dtype "
+        "(no .float() or .double(), no new tensors made with a fixed dtype; the buffer self.pe "
+        "follows model.to(...))."
+    },
+)
