@@ -36,3 +36,29 @@ def test_the_cases_of_every_exercise_are_built_the_same_twice():
     first, second = take(), take()
     assert len(first) >= 39
     assert differences(first, second) == []
+
+
+def test_a_field_at_its_default_is_left_out_so_a_new_field_changes_no_snapshot():
+    from encoder_lib.grading import runner
+    from tools.case_snapshot import _case, _normalised
+
+    x = runner.randn(3, seed=1)
+    record = _case(runner.Case(runner.Call("f", "f", (x,)), "f(x)", expected=x, atol=1e-3))
+    assert set(record) == {"call", "what", "expected", "atol"}
+    saved_earlier = {"test_f": [record | {"precheck": None, "slots": []}]}  # defaults recorded
+    assert differences(_normalised(saved_earlier), {"test_f": [record]}) == []
+
+
+def test_an_exercise_whose_cases_fail_to_build_is_reported_and_the_others_compared(monkeypatch):
+    from encoder_lib.grading import runner
+
+    def broken(thorough):
+        raise KeyError("modern_encoder_layer")
+
+    exercise = runner.EXERCISES["test_gelu"]
+    before = take()
+    monkeypatch.setattr(exercise, "cases", broken)
+    after = take()
+    assert after["test_gelu"] == "<error> KeyError: 'modern_encoder_layer'"
+    found = differences(before, after)
+    assert found == [".test_gelu: <error> KeyError: 'modern_encoder_layer'"]

@@ -24,7 +24,7 @@ diagonal, all True, 0/1 floats or additive 0/-inf floats. ``F.scaled_dot_product
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -190,20 +190,19 @@ def _case(
     params: tuple[str, ...],
     args: tuple[torch.Tensor, ...],
     tensors: str,
-    reference: Callable[..., Any],
     upstream: _Upstream = None,
     **fields: Any,
 ) -> Case:
     """``target(*args)`` (``params``: its parameters' names; ``tensors``: the inputs in words),
-    expected to equal ``reference(*args)``; with ``upstream``, backpropagated, and the gradients
-    of the float arguments compared with the reference's (the runner derives both)."""
+    expected to equal the reference's value (the exercise's, or ``reference=`` in ``fields``);
+    with ``upstream``, backpropagated, and the gradients of the float arguments compared with the
+    reference's (the runner derives both)."""
     grad = tuple(f"args[{i}]" for i, a in enumerate(args) if a.is_floating_point())
     backward = {} if upstream is None else {"grad": grad, "upstream": upstream}
     return Case(
         Call(target, target, args, **backward),
         f"{target}({', '.join(params[: len(args)])}) with {_dtype(args[0])}{tensors}"
         + (", backpropagating" if backward else ""),
-        reference=reference,
         inputs={f"args[{i}]": name for i, name in enumerate(params)},
         failure_hint=fields.pop(
             "failure_hint", _single_sequence_hint if args[0].dim() == 2 else _matmul_hint
@@ -376,7 +375,6 @@ def _scores_case(query: torch.Tensor, key: torch.Tensor, upstream: _Upstream = N
         ("query", "key"),
         (query, key),
         f"query {_shape(query)} and key {_shape(key)}",
-        _reference_scores,
         upstream,
         mistakes=lambda: _scale_mistakes(query, key),
         failure_hint=_scores_hint,
@@ -420,7 +418,6 @@ def _softmax_case(
         ("scores", "mask"),
         (scores,) if mask is None else (scores, mask),
         f"scores {_shape(scores)} and {_describe_mask(mask)}",
-        _reference_weights,
         upstream,
         mistakes=lambda: _weight_mistakes(scores, mask),
         probes=(lambda obs, ask: _weights_problem(obs.value, case.expected, nan_hint),),
@@ -570,8 +567,8 @@ def _attention_case(
         ("query", "key", "value", "mask"),
         (query, key, value) + (() if mask is None else (mask,)),
         f"{tensors} and {_describe_mask(mask)}",
-        encoder_lib.scaled_dot_product_attention,
         upstream,
+        reference=encoder_lib.scaled_dot_product_attention,
         mistakes=mistakes,
         precheck=output_is_weights,
         probes=(lambda obs, ask: _weights_problem(obs.value[1], case.expected[1], ""),),

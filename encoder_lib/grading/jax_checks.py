@@ -39,7 +39,7 @@ from torch import nn
 from . import observe, runner
 from .feedback import GradingError, Mistake
 from .observe import Call, Failure, Forbidden, Observation, Unfit, global_names, namespace_of
-from .runner import Case, Exercise, ModuleSpec, close, mismatch, randn
+from .runner import Case, ModuleSpec, close, mismatch, randn
 
 __all__ = [
     "check_jax_dropout",
@@ -700,25 +700,9 @@ def _per_step(mistakes, masks: _Masks) -> dict[str, tuple[torch.Tensor, ...]]:
     return {text: tuple(values[text] for values in per_step) for text in per_step[0]}
 
 
-def _register_nnx(
-    number: int, target: str, name: str, cases, wrong_kind: str = "", **case_fields: Any
-) -> Callable[..., None]:
-    """Register exercise ``number``, the NNX class ``target`` graded by ``test_jax_<name>``, as
-    ``register_given`` does a PyTorch module's; every case's input is x, compared to float32's
-    rounding, and an exception names JAX's immutable arrays unless ``case_fields`` say else."""
-    keep = f"keep the given `class {target}(nnx.Module)` and its __init__, and write __call__."
-    shared = {"inputs": {"args[0]": "x"}, "atol": ATOL, "rtol": RTOL, "failure_hint": _hint()}
-    return runner.register(
-        Exercise(
-            f"jax_{name}",
-            f"Exercise {number} · {target}",
-            target,
-            f"test_jax_{name}",
-            "nnx class",
-            wrong_kind or keep,
-            runner.with_case_fields(cases, **(shared | case_fields)),
-        )
-    )
+_NNX = {"inputs": {"args[0]": "x"}, "atol": ATOL, "rtol": RTOL, "failure_hint": _hint()}
+"""What every NNX class's cases share: the input is x, compared to float32's rounding, and an
+exception names JAX's immutable arrays (unless a class says else)."""
 
 
 # --- exercise 1: dropout -------------------------------------------------------------------------
@@ -1062,13 +1046,14 @@ def _ln_cases(thorough: bool) -> Iterator[Case]:
 
 
 # Run with `module(x)`: LayerNorm has no `deterministic` argument.
-check_jax_layer_norm = _register_nnx(
+check_jax_layer_norm = runner.register_given(
     3,
-    "LayerNorm",
-    "layer_norm",
+    "class LayerNorm(nnx.Module):",
     _ln_cases,
-    "write `class LayerNorm(nnx.Module)` with __init__(self, num_features, *, "
+    name="jax_layer_norm",
+    wrong_kind="write `class LayerNorm(nnx.Module)` with __init__(self, num_features, *, "
     "epsilon=..., rngs=None) and __call__(self, x).",
+    **_NNX,
     slots=("its output",),
     letters=("the shape of x",),
     module=_module_spec("LayerNorm", ("scale", "bias"), given=False),
@@ -1125,11 +1110,12 @@ def _ff_cases(thorough: bool) -> Iterator[Case]:
     yield _ff_case((3, 4, 8), 16, 0.5, train=True, seed=10_350)
 
 
-check_jax_feed_forward = _register_nnx(
+check_jax_feed_forward = runner.register_given(
     4,
-    "FeedForward",
-    "feed_forward",
+    "class FeedForward(nnx.Module):",
     _ff_cases,
+    name="jax_feed_forward",
+    **_NNX,
     module=_module_spec("FeedForward", _parameters("linear1", "linear2")),
 )
 
@@ -1211,13 +1197,13 @@ def _mha_cases(thorough: bool) -> Iterator[Case]:
     yield _mha_case(2, 5, 16, 4, 0.5, (2, 5), train=True, seed=10_460)
 
 
-check_jax_attention = _register_nnx(
+check_jax_attention = runner.register_given(
     5,
-    "MultiHeadAttention",
-    "attention",
+    "class MultiHeadAttention(nnx.Module):",
     _mha_cases,
+    name="jax_attention",
+    **_NNX | {"failure_hint": _hint(_attention_hint)},
     module=_module_spec("MultiHeadAttention", _parameters("query", "key", "value", "out")),
-    failure_hint=_hint(_attention_hint),
 )
 
 
@@ -1309,10 +1295,11 @@ _BLOCK_PARAMETERS = (
     + _parameters("norm1", "norm2", names=("scale", "bias"))
 )
 
-check_jax_encoder_block = _register_nnx(
+check_jax_encoder_block = runner.register_given(
     6,
-    "EncoderBlock",
-    "encoder_block",
+    "class EncoderBlock(nnx.Module):",
     _block_cases,
+    name="jax_encoder_block",
+    **_NNX,
     module=_module_spec("EncoderBlock", _BLOCK_PARAMETERS),
 )

@@ -353,29 +353,40 @@ def register_given(
     rewrite: Callable[[GradingError, Case, list[Case]], GradingError] | None = None,
     reference: Any = None,
     forbidden: Forbidden | None = None,
+    wrong_kind: str = "",
     **case_fields: Any,
 ) -> Callable[..., None]:
     """Register the exercise whose given code opens with ``given`` and return its check.
 
     ``given`` is the line the answer cell hands the student: ``"def masked_softmax(scores,
-    mask=None):"`` (a function) or ``"class FeedForward(nn.Module):"`` (a module class, whose
-    ``__init__`` is given too). The rest follows from it: the target (``FeedForward``), the
+    mask=None):"`` (a function), ``"class FeedForward(nn.Module):"`` (a module class, whose
+    ``__init__`` is given too) or ``"class FeedForward(nnx.Module):"`` (a Flax NNX class, whose
+    ``__call__`` the student writes). The rest follows from it: the target (``FeedForward``), the
     exercise's name (``feed_forward``, or ``name``), its test cell (``test_feed_forward``), its
-    title (``Exercise 1 · FeedForward``) and what to keep when the target is of the wrong kind.
+    title (``Exercise 1 · FeedForward``) and what to keep when the target is of the wrong kind
+    (or ``wrong_kind``).
 
     What is the exercise's rather than one case's is said here once: ``forbidden``, what the
     answer may not call (``observe.FORBIDDEN[name]``), and ``case_fields``, fields of ``Case``
     (``slots=``, ``letters=``, ``inputs=``, ``module=``, ``failure_hint=``...) given to every
-    case that leaves them at their default (``with_case_fields``)."""
+    case that leaves them at their default (``with_case_fields``). ``reference``, a function
+    importable in the student's kernel, stands in for the answer when a later exercise calls it
+    (``SPARE_DEPENDENTS``); of a function exercise, it is also every case's reference (what a
+    right answer computes) unless the case or ``case_fields`` name another."""
     target = given.split()[1].split("(")[0]
-    kind = "class" if given.startswith("class ") else "function"
+    kind = "function"
+    if given.startswith("class "):
+        kind = "nnx class" if "(nnx.Module)" in given else "class"
     name = name or "".join(f"_{c.lower()}" if c.isupper() else c for c in target).lstrip("_")
-    keep = f"keep the given `{given}`"
-    if kind == "class":
-        keep += " and its __init__, and write forward."
+    shown = given.rstrip(":") if kind == "nnx class" else given  # notebook 10's wording
+    keep = wrong_kind or f"keep the given `{shown}`"
+    if kind != "function" and not wrong_kind:
+        keep += f" and its __init__, and write {'__call__' if kind == 'nnx class' else 'forward'}."
     title = f"Exercise {number} · {target}"
     if forbidden is not None:
         FORBIDDEN_CALLS[name] = forbidden
+    if kind == "function" and reference is not None:
+        case_fields.setdefault("reference", reference)
     cases = with_case_fields(cases, **case_fields)
     return register(
         Exercise(name, title, target, f"test_{name}", kind, keep, cases, rewrite, reference)
