@@ -12,9 +12,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import runner
 from .feedback import Mistake
 from .observe import Call, Observation
-from .runner import Ask, Case, close, randn, reference_grads, reference_mode
+from .runner import Ask, Case, close, randn, reference_mode
 
 FUNCTIONS = {"relu({})": torch.relu}
 """What the reference layers apply besides their sub-modules (``locate.Locate.functions``)."""
@@ -263,8 +264,7 @@ def backpropagating(case: Case, ref: nn.Module, upstream: torch.Tensor) -> Case:
     """``case`` (in eval mode, float64) with ``upstream`` backpropagated into its tensor
     arguments and the layer's parameters, compared with ``ref``'s gradients."""
     names = tuple(f"args[{i}]" for i in range(len(case.call.args)))
-    case.call = dataclasses.replace(case.call, grad=(*names, "parameters"), upstream=(upstream,))
-    case.what += ", backpropagating"
-    case.grads = reference_grads(ref, case.call)
+    case.reference = ref  # the expected value is the case's own: only the gradients are derived
+    runner.backpropagating(case, upstream, grad=(*names, "parameters"))
     case.grad_names = {n: n.removeprefix("parameters.") for n in case.grads if n not in names}
     return case

@@ -34,7 +34,7 @@ import encoder_lib
 
 from .feedback import GradingError, Mistake
 from .observe import Call, Failure, Forbidden, Observation
-from .runner import Ask, Case, close, keep_first, randn, register_given
+from .runner import Ask, Case, backpropagating, close, keep_first, randn, register_given
 
 __all__ = [
     "check_attention_scores",
@@ -197,18 +197,16 @@ def _case(
     expected to equal the reference's value (the exercise's, or ``reference=`` in ``fields``);
     with ``upstream``, backpropagated, and the gradients of the float arguments compared with the
     reference's (the runner derives both)."""
-    grad = tuple(f"args[{i}]" for i, a in enumerate(args) if a.is_floating_point())
-    backward = {} if upstream is None else {"grad": grad, "upstream": upstream}
-    return Case(
-        Call(target, target, args, **backward),
-        f"{target}({', '.join(params[: len(args)])}) with {_dtype(args[0])}{tensors}"
-        + (", backpropagating" if backward else ""),
+    case = Case(
+        Call(target, target, args),
+        f"{target}({', '.join(params[: len(args)])}) with {_dtype(args[0])}{tensors}",
         inputs={f"args[{i}]": name for i, name in enumerate(params)},
         failure_hint=fields.pop(
             "failure_hint", _single_sequence_hint if args[0].dim() == 2 else _matmul_hint
         ),
         **fields,
     )
+    return case if upstream is None else backpropagating(case, *upstream)
 
 
 def _shape(x: torch.Tensor) -> tuple[int, ...]:

@@ -33,6 +33,7 @@ from .runner import (
     Ask,
     Case,
     ModuleSpec,
+    backpropagating,
     close,
     randn,
     reference_mode,
@@ -577,15 +578,16 @@ def _gelu_case(
     x: torch.Tensor, what: str, atol: float | None = None, backward: bool = False
 ) -> Case:
     """``gelu(x)`` against F.gelu (``atol``: 1e-7 unless given)."""
-    grad = {"grad": ("args[0]",), "upstream": (torch.ones_like(x),)} if backward else {}
-    return Case(
-        Call("gelu", "gelu", (x,), **grad),
-        what + (", backpropagating" if backward else ""),
+    case = Case(
+        Call("gelu", "gelu", (x,)),
+        what,
         reference=F.gelu,
         mistakes=lambda: _gelu_mistakes(x),
-        grad_names={"args[0]": "x"} if backward else {},
         atol=atol,
     )
+    if backward:
+        backpropagating(case, torch.ones_like(x), grad_names={"args[0]": "x"})
+    return case
 
 
 def _gelu_cases(thorough: bool) -> Iterator[Case]:

@@ -84,12 +84,11 @@ def _dtype_text(t: torch.Tensor) -> str:
     return "" if t.dtype == torch.float64 else f" ({t.dtype})"
 
 
-def _backpropagating(call: Call, what: str, grad: tuple[str, ...], seed: int) -> tuple[Call, str]:
-    """``call`` with a random upstream (``randn`` with ``seed``, of the first argument's shape and
-    dtype) backpropagated into ``grad``, and ``what`` saying so."""
-    x = call.args[0]
-    upstream = randn(*x.shape, seed=seed).to(x.dtype)
-    return dataclasses.replace(call, grad=grad, upstream=(upstream,)), what + ", backpropagating"
+def _backpropagating(case: Case, grad: tuple[str, ...], seed: int, **fields: Any) -> Case:
+    """``case`` with a random upstream (``randn`` with ``seed``, of the first argument's shape and
+    dtype) backpropagated into ``grad`` (``runner.backpropagating``)."""
+    x = case.call.args[0]
+    return runner.backpropagating(case, randn(*x.shape, seed=seed).to(x.dtype), grad=grad, **fields)
 
 
 def _module(cls: str, parameters, names_message: str, forbidden: Forbidden) -> ModuleSpec:
@@ -347,17 +346,15 @@ def _rms_case(x, w, eps: float | None, gradient: bool = False) -> Case:
     actual = _RMS_EPS if eps is None else eps
     what = "rms_norm(x, weight" + ("" if eps is None else f", eps={eps:g}") + ")"
     what += f" with x of shape {tuple(x.shape)}{_dtype_text(x)}"
-    call = _rms_call(x, w, eps)
-    if gradient:
-        call, what = _backpropagating(call, what, ("args[0]", "args[1]"), seed=97)
-    return Case(
-        call,
+    case = Case(
+        _rms_call(x, w, eps),
         what,
         reference=_rms_reference,
         mistakes=lambda: _rms_mistakes(x, w, actual),
         probes=(_rms_probe(x, w, eps),),
         failure_hint=_rms_hint(x),
     )
+    return _backpropagating(case, ("args[0]", "args[1]"), seed=97) if gradient else case
 
 
 def _rms_inputs(thorough: bool) -> list[tuple[torch.Tensor, torch.Tensor, float | None]]:
@@ -634,10 +631,6 @@ def _gated_case(
     name += f", activation={act!r}, dropout={p})"
     what = f"{name}(x) in {'training' if train else 'eval'} mode, x of shape {shape}"
     what += _dtype_text(x)
-    grad_names = {}
-    if gradient:
-        call, what = _backpropagating(call, what, ("args[0]", "parameters"), seed=seed + 6)
-        grad_names = {"args[0]": "x", "parameters.wi.weight": "wi", "parameters.wo.weight": "wo"}
     case = Case(
         call,
         what,
@@ -665,10 +658,12 @@ def _gated_case(
             _GATED_FORBIDDEN,
         ),
         failure_hint=_gated_hint(D, width),
-        grad_names=grad_names,
     )
+    if gradient:
+        names = {"args[0]": "x", "parameters.wi.weight": "wi", "parameters.wo.weight": "wo"}
+        _backpropagating(case, ("args[0]", "parameters"), seed=seed + 6, grad_names=names)
     if train:  # after the reference has given the expected values: this leaves it in eval mode
-        case.probes = (_layers.right_in_eval(ref, call, _DROP_WHERE),)
+        case.probes = (_layers.right_in_eval(ref, case.call, _DROP_WHERE),)
     return case
 
 
@@ -888,9 +883,7 @@ def _rotary_case(
     text = "" if pairing is None else f", pairing={pairing!r}"
     what = f"apply_rotary(x, cos, sin{text}) with x of shape {shape}{_dtype_text(x)} and "
     what += "the angles of rotary_angles" if table else "random angles"
-    if gradient:
-        call, what = _backpropagating(call, what, ("args[0]",), seed=seed + 2)
-    return Case(
+    case = Case(
         call,
         what,
         reference=encoder_lib.apply_rotary,
@@ -911,6 +904,7 @@ def _rotary_case(
             },
         ),
     )
+    return _backpropagating(case, ("args[0]",), seed=seed + 2) if gradient else case
 
 
 def _rotary_cases(thorough: bool) -> Iterator[Case]:
@@ -1452,24 +1446,22 @@ def _layer_case(
         when=window is not None and not train and reach < L,
     )
 
-    grads, grad_names = None, {}
-    if gradient:  # the probes above ask without gradients
-        call, what = _backpropagating(call, what, ("args[0]", "parameters"), seed=seed + 5)
-        library = reference_grads(ref.train(train), call)  # the library's parameter names
-        ref.eval()
-        grads = {"args[0]": library["args[0]"]} | {
-            f"parameters.{ours}": library[f"parameters.{theirs}"] for ours, theirs in _STATE.items()
-        }
-        grad_names = {"args[0]": "x"} | {f"parameters.{n}": n for n in _STATE}
-    return Case(
+    case = Case(
         call,
         what,
         expected=_layers.reference_output(ref, call),
         mistakes=lambda: _layer_mistakes(ref, x, mask, window, train),
-        probes=(no_leak, local, _layers.right_in_eval(ref, call, _LAYER_DROPOUT_WHERE)),
-        grads=grads,
-        grad_names=grad_names,
+        probes=(no_leak, local),  # they ask without gradients
     )
+    if gradient:  # derived from the library's layer, under its own parameter names
+        names = {"args[0]": "x"} | {f"parameters.{n}": n for n in _STATE}
+        _backpropagating(case, ("args[0]", "parameters"), seed=seed + 5, grad_names=names)
+        library = reference_grads(ref.train(train), case.call)
+        case.grads = {"args[0]": library["args[0]"]} | {
+            f"parameters.{ours}": library[f"parameters.{theirs}"] for ours, theirs in _STATE.items()
+        }
+    case.probes = (*case.probes, _layers.right_in_eval(ref, case.call, _LAYER_DROPOUT_WHERE))
+    return case
 
 
 def _layer_cases(thorough: bool) -> Iterator[Case]:

@@ -75,6 +75,7 @@ __all__ = [
     "Ask",
     "Case",
     "Exercise",
+    "backpropagating",
     "Part",
     "with_case_fields",
     "ModuleSpec",
@@ -1159,6 +1160,25 @@ def reference_value(reference: Callable[..., Any], call: Call) -> Any:
     args, kwargs = arguments(call)
     with reference_mode(call.seed), torch.no_grad():
         return reference(*args, **kwargs)
+
+
+def backpropagating(
+    case: Case, *upstream: torch.Tensor, grad: Sequence[str] | None = None, **fields: Any
+) -> Case:
+    """``case``, its backward variant: ``upstream`` (one tensor per output) backpropagated into
+    ``grad`` (by default every floating-point tensor argument), the wording saying so, and the
+    reference's gradients derived again (now, or once ``with_case_fields`` gives the reference).
+    ``fields``: other fields of the variant (``grad_names=``, ``grad_mistakes=``)."""
+    if grad is None:
+        tensors = enumerate(case.call.args)
+        grad = [f"args[{i}]" for i, a in tensors if torch.is_tensor(a) and a.is_floating_point()]
+    case.call = replace(case.call, grad=tuple(grad), upstream=tuple(upstream))
+    case.what += ", backpropagating"
+    for name, value in fields.items():
+        setattr(case, name, value)
+    case.grads = None
+    case.__post_init__()
+    return case
 
 
 def reference_grads(reference: Callable[..., Any], call: Call) -> dict[str, torch.Tensor]:
