@@ -511,7 +511,8 @@ def trials_of(exercise: Exercise, thorough: bool) -> list[tuple[Case, bool]]:
     """``(case, full)`` for each case tried: every case in full when ``thorough``; else the
     visible ones in full, then the hidden ones (the cases of ``exercise.cases(True)`` that are not
     visible ones, told apart by ``what``) on the generic properties only. A hidden case whose own
-    ``judge`` decides everything is left to the thorough check."""
+    ``judge`` decides everything, or whose ``before`` looks at what the call recorded, is left to
+    the thorough check."""
     if thorough:
         return [(case, True) for case in exercise.cases(True)]
     visible = list(exercise.cases(False))
@@ -729,7 +730,7 @@ def _step_structure(t: Trial) -> None:
     got = t.obs.value
     if t.case.any_float and isinstance(got, torch.Tensor) and got.is_floating_point():
         expected = expected.to(got.dtype)
-    t.slots = _structure(t.case, expected, t.obs.value)
+    t.slots = _structure(t.case, expected, got)
 
 
 def _step_plain(t: Trial) -> None:
