@@ -58,7 +58,7 @@ from . import observe, runner
 from .feedback import GradingError, Mistake
 from .locate import Locate
 from .observe import Call, Failure, Observation
-from .runner import Case, ModuleSpec, close, keep_first, randn, reference_grads, reference_mode
+from .runner import Case, ModuleSpec, backpropagating, close, keep_first, randn, reference_mode
 
 __all__ = ["check_masked_mean", "check_train_step", "check_sentiment_classifier"]
 
@@ -202,13 +202,8 @@ def _mean_case(h: torch.Tensor, keep: torch.Tensor | list[int], gradient: bool =
     h[~keep] += 5.0  # padding far from the real positions, so that a leak shows
     dtype = "" if h.dtype == torch.float64 else f" ({h.dtype})"
     what = f"masked_mean(h, keep) with h of shape (B, L, D) = {(B, L, D)}{dtype}"
-    call = Call("masked_mean", "masked_mean", (h, keep))
-    if gradient:
-        upstream = randn(B, D, seed=97).to(h.dtype)
-        call = dataclasses.replace(call, grad=("args[0]",), upstream=(upstream,))
-        what += ", backpropagating"
-    return Case(
-        call,
+    case = Case(
+        Call("masked_mean", "masked_mean", (h, keep)),
         what,
         reference=_masked_mean,
         mistakes=lambda: _mean_mistakes(h, keep),
@@ -228,6 +223,7 @@ def _mean_case(h: torch.Tensor, keep: torch.Tensor | list[int], gradient: bool =
             },
         ),
     )
+    return backpropagating(case, randn(B, D, seed=97).to(h.dtype)) if gradient else case
 
 
 def _mean_cases(thorough: bool) -> Iterator[Case]:
@@ -839,24 +835,14 @@ def _classifier_case(
         dtype=dtype,
         state={k: v.clone() for k, v in model.state_dict().items()},
         train=train,
-        grad=("parameters",) if gradient else (),
-        upstream=(randn(B, 2, seed=seed + 3).to(dtype),) if gradient else None,
         inspect=True,
         scenario=_POOLING,
         seed=seed,
     )
-    grads = None
-    if gradient:
-        library = reference_grads(model, call)
-        order = sorted(library, key=lambda n: not n.startswith("parameters.encoder."))
-        grads = {name: library[name] for name in order}  # the encoder's first
-        what += ", backpropagating"
-    return Case(
+    case = Case(
         call,
         what,
         reference=model,
-        grads=grads,
-        grad_names={name: f"self.{name.removeprefix('parameters.')}" for name in grads or ()},
         mistakes=lambda: _classifier_mistakes(model, ids, train),
         shape_hints=(
             {
@@ -894,6 +880,13 @@ def _classifier_case(
             functions={"masked_mean({}, keep)": lambda h: _masked_mean(h, keep)},
         ),
     )
+    if not gradient:
+        return case
+    case = backpropagating(case, randn(B, 2, seed=seed + 3).to(dtype), grad=("parameters",))
+    order = sorted(case.grads, key=lambda n: not n.startswith("parameters.encoder."))
+    case.grads = {name: case.grads[name] for name in order}  # the encoder's first
+    case.grad_names = {name: f"self.{name.removeprefix('parameters.')}" for name in order}
+    return case
 
 
 def _classifier_hint(failure: Failure) -> str | None:

@@ -353,25 +353,17 @@ def _ffn_case(
     x = randn(*shape, seed=seed + 10)
     name = f"FeedForward({d_model}, {d_ff}, dropout={p}, activation={act!r})"
     what = f"{name}(x) in {'train' if train else 'eval'} mode, x of shape {shape}"
-    grad, grad_names = {}, {}
-    if backward:
-        # The parameters' gradients first: an answer that cuts the graph is told about the
-        # weights it would stop training (reference_grads keeps the order of Call.grad).
-        grad = {"grad": ("parameters", "args[0]"), "upstream": (randn(*shape, seed=seed + 11),)}
-        grad_names = {"args[0]": "x"} | {f"parameters.{n}": n for n in ffn.w}
-        what += ", backpropagating"
     no_linear2 = Mistake(
         "no-linear2",
         f"Its last size is the hidden width d_ff = {d_ff}: the hidden layer must go through "
         "linear2 back to D.",
     )
-    return Case(
-        ffn.call(x, train, **grad),
+    case = Case(
+        ffn.call(x, train),
         what,
         reference=ffn.module(x, train),
         mistakes=lambda: ffn.mistakes(x, train),
         probes=(_zeroed_output, _read_back(p, act)) if train else (partial(_varies, ffn, x),),
-        grad_names=grad_names,
         shape_hints=({(*shape[:-1], d_ff): no_linear2},),
         module=ModuleSpec(
             parameters=("linear1.weight", "linear1.bias", "linear2.weight", "linear2.bias"),
@@ -386,6 +378,16 @@ def _ffn_case(
             ),
         ),
         failure_hint=partial(_hint, d_model, d_ff, len(shape)),
+    )
+    if not backward:
+        return case
+    # The parameters' gradients first: an answer that cuts the graph is told about the weights it
+    # would stop training (reference_grads keeps the order of Call.grad).
+    return backpropagating(
+        case,
+        randn(*shape, seed=seed + 11),
+        grad=("parameters", "args[0]"),
+        grad_names={"args[0]": "x"} | {f"parameters.{n}": n for n in ffn.w},
     )
 
 

@@ -33,7 +33,16 @@ import encoder_lib
 from . import observe
 from .feedback import Mistake
 from .observe import Call, Forbidden, Observation, Part
-from .runner import Ask, Case, ModuleSpec, close, randn, reference_grads, register_given
+from .runner import (
+    Ask,
+    Case,
+    ModuleSpec,
+    backpropagating,
+    close,
+    randn,
+    reference_grads,
+    register_given,
+)
 
 __all__ = ["check_layer_norm", "check_layer_norm_module", "check_residual_block"]
 
@@ -364,12 +373,16 @@ class _Form:
         weight, bias = (
             ("parameters.weight", "parameters.bias") if self.module else ("args[1]", "args[2]")
         )
-        grad = ("args[0]", "parameters") if self.module else ("args[0]", weight, bias)
-        return Case(
-            self.call(x, w, b, None, grad=grad, upstream=(randn(*x.shape, seed=97),)),
-            self.what(x, None) + ", backpropagating",
+        case = Case(
+            self.call(x, w, b, None),
+            self.what(x, None),
             reference=self.reference(w, b, _DEFAULT_EPS, x.dtype),
             module=self.spec(x.shape[-1], _DEFAULT_EPS),
+        )
+        return backpropagating(
+            case,
+            randn(*x.shape, seed=97),
+            grad=("args[0]", "parameters") if self.module else ("args[0]", weight, bias),
             grad_names={"args[0]": "x", weight: self.names.weight, bias: self.names.bias},
         )
 
@@ -509,18 +522,7 @@ def _block_case(
     kind = "pre-norm" if first else "post-norm"
     kwargs = {} if norm_first is None else {"norm_first": norm_first}
     what = f"residual_block(x, sublayer, norm{flag}) ({kind}, x of shape {tuple(x.shape)})"
-    grad = {} if upstream is None else {"grad": ("args[0]",), "upstream": (upstream,)}
-    call = Call("residual_block", "residual_block", (x, *parts), kwargs, **grad)
-    grad_mistakes: dict[str, dict[str, torch.Tensor]] = {}
-    if upstream is not None:
-        what += ", backpropagating"
-        skip_cut = Mistake(
-            "skip-path-detached",
-            "no gradient flows along the skip path (is x detached there?). The identity path is "
-            "the point of a residual connection: x + ... must use x itself.",
-        )
-        cut = reference_grads(partial(_residual, cut_skip=True), call)["args[0]"]
-        grad_mistakes = {"args[0]": {skip_cut: cut}}
+    call = Call("residual_block", "residual_block", (x, *parts), kwargs)
 
     def call_count(obs: Observation, ask: Ask) -> str | None:
         sub_calls, norm_calls = obs.info.get("parts", [1, 1])
@@ -553,12 +555,11 @@ def _block_case(
             )
         return None
 
-    return Case(
+    case = Case(
         call,
         what,
         reference=_residual,
         mistakes=_arrangements(x, _sublayer(parts[0]), _norm(parts[1]), first),
-        grad_mistakes=grad_mistakes,
         probes=(call_count,),
         requires=(once_each,),
         letters=("the shape of x",),
@@ -570,6 +571,17 @@ def _block_case(
             )
         },
     )
+    if upstream is None:
+        return case
+    case = backpropagating(case, upstream, grad=("args[0]",))
+    skip_cut = Mistake(
+        "skip-path-detached",
+        "no gradient flows along the skip path (is x detached there?). The identity path is "
+        "the point of a residual connection: x + ... must use x itself.",
+    )
+    cut = reference_grads(partial(_residual, cut_skip=True), case.call)["args[0]"]
+    case.grad_mistakes = {"args[0]": {skip_cut: cut}}
+    return case
 
 
 def _block_cases(thorough: bool) -> Iterator[Case]:

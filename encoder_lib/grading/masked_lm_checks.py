@@ -47,7 +47,7 @@ from encoder_lib import mlm
 from . import observe, runner
 from .feedback import GradingError, Mistake
 from .observe import Call, Failure, Forbidden, Observation
-from .runner import Case, ModuleSpec, keep_first, randn, reference_mode
+from .runner import Case, ModuleSpec, backpropagating, keep_first, randn, reference_mode
 
 __all__ = ["check_mask_tokens", "check_masked_language_model", "check_mlm_loss", "check_fill_mask"]
 
@@ -419,8 +419,7 @@ def _model_case(
     ids = ids.masked_fill(~keep_first(lengths, L, extra_axes=0), pad)
     what = f"MaskedLanguageModel({vocab}, {max_len}, pad_id={pad})(token_ids) with token_ids of "
     what += f"shape {(B, L)}" + (f" ({dtype})" if dtype != torch.float64 else "")
-    what += (" in training mode" if train else "") + (", backpropagating" if gradient else "")
-    upstream = (randn(B, L, vocab, seed=seed + 3).to(dtype),) if gradient else None
+    what += " in training mode" if train else ""
     call = Call(
         "MaskedLanguageModel",
         "masked_language_model",
@@ -429,8 +428,6 @@ def _model_case(
         dtype=dtype,
         state={k: v.clone() for k, v in model.state_dict().items()},
         train=train,
-        grad=("parameters",) if gradient else (),
-        upstream=upstream,
         inspect=True,
         seed=seed,
     )
@@ -462,20 +459,23 @@ def _model_case(
             ),
         ),
     )
-    if gradient:
-        case.grad_names = {name: f"self.{name.removeprefix('parameters.')}" for name in case.grads}
-        with reference_mode():  # the tie cut: the output layer sees a detached copy
-            x = model.norm(F.gelu(model.dense(model.encode(ids))))
-            cut = (x @ model.embedding.weight.detach().T + model.bias) * upstream[0]
-            (tie_cut,) = torch.autograd.grad(cut.sum(), model.embedding.weight)
-        detached_tie = Mistake(
-            "detached-tie",
-            "the output layer uses a detached copy of the embedding (.detach(), .data or a "
-            "tensor made from it), so only the input side trains it. With weight tying the "
-            "output layer's gradient must reach self.embedding.weight too: use the "
-            "parameter itself.",
-        )
-        case.grad_mistakes = {"parameters.embedding.weight": {detached_tie: tie_cut}}
+    if not gradient:
+        return case
+    upstream = randn(B, L, vocab, seed=seed + 3).to(dtype)
+    case = backpropagating(case, upstream, grad=("parameters",))
+    case.grad_names = {name: f"self.{name.removeprefix('parameters.')}" for name in case.grads}
+    with reference_mode():  # the tie cut: the output layer sees a detached copy
+        x = model.norm(F.gelu(model.dense(model.encode(ids))))
+        cut = (x @ model.embedding.weight.detach().T + model.bias) * upstream
+        (tie_cut,) = torch.autograd.grad(cut.sum(), model.embedding.weight)
+    detached_tie = Mistake(
+        "detached-tie",
+        "the output layer uses a detached copy of the embedding (.detach(), .data or a "
+        "tensor made from it), so only the input side trains it. With weight tying the "
+        "output layer's gradient must reach self.embedding.weight too: use the "
+        "parameter itself.",
+    )
+    case.grad_mistakes = {"parameters.embedding.weight": {detached_tie: tie_cut}}
     return case
 
 
@@ -612,16 +612,8 @@ def _loss_case(
     what = f"mlm_loss(logits, labels) with logits of shape {(B, L, V)}"
     what += f" ({dtype})" if dtype != torch.float64 else ""
     what += f", {int((labels != IGNORE).sum())} chosen positions"
-    what += ", backpropagating" if gradient else ""
-    upstream = (randn(1, seed=seed + 2).reshape(()).to(dtype),) if gradient else None
-    return Case(
-        Call(
-            "mlm_loss",
-            "mlm_loss",
-            (logits, labels),
-            grad=("args[0]",) if gradient else (),
-            upstream=upstream,
-        ),
+    case = Case(
+        Call("mlm_loss", "mlm_loss", (logits, labels)),
         what,
         reference=mlm.mlm_loss,
         mistakes=lambda: _loss_variants(logits, labels),
@@ -640,6 +632,9 @@ def _loss_case(
             },
         ),
     )
+    if not gradient:
+        return case
+    return backpropagating(case, randn(1, seed=seed + 2).reshape(()).to(dtype), grad=("args[0]",))
 
 
 def _loss_cases(thorough: bool) -> Iterator[Case]:

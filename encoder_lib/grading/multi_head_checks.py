@@ -38,7 +38,15 @@ import encoder_lib
 from . import observe
 from .feedback import GradingError, Mistake
 from .observe import Call, Failure, Forbidden, Observation
-from .runner import Case, ModuleSpec, keep_first, randn, reference_mode, register_given
+from .runner import (
+    Case,
+    ModuleSpec,
+    backpropagating,
+    keep_first,
+    randn,
+    reference_mode,
+    register_given,
+)
 
 __all__ = [
     "check_split_heads",
@@ -200,18 +208,18 @@ def _heads_case(name: str, shape: tuple[int, ...], seed: int, grad: bool) -> Cas
             ),
         }
     expected = rearrange(x)
-    extra: dict[str, Any] = {}
-    if grad:  # a rearrangement: the gradient is the upstream gradient rearranged back
-        upstream = randn(*expected.shape, seed=int(x.shape[-1]) + 1)
-        extra = {"grad": ("args[0]",), "upstream": (upstream,)}
-    return Case(
-        Call(name, name, args, **extra),
-        f"{call} = {tuple(x.shape)}" + (", backpropagating" if grad else ""),
+    case = Case(
+        Call(name, name, args),
+        f"{call} = {tuple(x.shape)}",
         expected=expected,
         mistakes={text: rearrange(x, how=how) for text, how in mistakes.items()},
         shape_hints=(hints,),
         reference=reference,
     )
+    if not grad:
+        return case
+    # a rearrangement: the gradient is the upstream gradient rearranged back
+    return backpropagating(case, randn(*expected.shape, seed=int(x.shape[-1]) + 1))
 
 
 def _reference_split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
@@ -666,10 +674,6 @@ def _mha_case(
     d, p = D // H, dropout or 0.0
     weights = _weights(D, seed + 10)
     args = (*tensors, *(() if mask is None else (mask,)))
-    extra: dict[str, Any] = {}
-    if grad:
-        upstream = (randn(B, L_q, D, seed=seed + 20), randn(B, H, L_q, L_k, seed=seed + 21))
-        extra = {"grad": ("args[0]", "args[1]", "args[2]"), "upstream": upstream}
     init = (D, H) if dropout is None else (D, H, dropout)
     mode = " in training mode" if train else (" in eval mode" if dropout else "")
     dtype_text = "" if dtype == torch.float64 else f" ({str(dtype).removeprefix('torch.')})"
@@ -702,7 +706,7 @@ def _mha_case(
         )
     # in training mode, the returned weights may be taken before or after dropout: not compared
     expected = (_reference(weights, H, p, dtype, train, *args)[0], None) if train else None
-    return Case(
+    case = Case(
         Call(
             "MultiHeadAttention",
             "multi_head_attention",
@@ -713,10 +717,9 @@ def _mha_case(
             inspect=True,
             prepare="multi_head.reference_weights",
             options={"weights": weights},
-            **extra,
         ),
         f"MultiHeadAttention({D}, {H}{'' if dropout is None else f', dropout={dropout}'})"
-        f"{mode}{dtype_text}, {description}" + (", backpropagating" if grad else ""),
+        f"{mode}{dtype_text}, {description}",
         expected=expected,
         mistakes=mistakes,
         probes=probes,
@@ -736,6 +739,10 @@ def _mha_case(
         ),
         reference=_module(weights, H, p, dtype, train),
     )
+    if not grad:
+        return case
+    upstream = randn(B, L_q, D, seed=seed + 20), randn(B, H, L_q, L_k, seed=seed + 21)
+    return backpropagating(case, *upstream, grad=("args[0]", "args[1]", "args[2]"))
 
 
 def _forward_hint(failure: Failure) -> str | None:
