@@ -1,6 +1,8 @@
 """What the checks of the encoder layer (notebook 05) and the decoder layer (notebook 07) share:
 random reference layers, a layer written out with one mistake or none, the mistakes both layers
-can make (the norm, the activation, dropout) and the probes of training-mode cases."""
+can make (the norm, the activation, dropout) and the probes of training-mode cases. The modern
+layer (notebook 09) writes its residual sub-layers with the same ``Shape`` and
+``residual_sublayers``."""
 
 from __future__ import annotations
 

@@ -1148,17 +1148,16 @@ def _layer_formula(ref, x, mask, window: int | None, train: bool, way: _Way) -> 
     drop2 = ref.dropout2 if way.drop2 else _layers.same
     norm1 = ref.norm1 if way.norm != "none" else _layers.same
     norm2 = {"none": _layers.same, "norm1_twice": ref.norm1}.get(way.norm, ref.norm2)
-    first, second = way.residual
-    if way.norm == "post":
-        x = norm1((x if first else 0) + drop1(attention(x)))
-        return norm2((x if second else 0) + drop2(ref.ffn(x)))
-    if way.norm == "normalised_skip":
-        h = norm1(x)
-        x = h + drop1(attention(h))
-        h = norm2(x)
-        return h + drop2(ref.ffn(h))
-    x = (x if first else 0) + drop1(attention(norm1(x)))
-    return (x if second else 0) + drop2(ref.ffn(norm2(x)))
+    shape = _layers.Shape(
+        norm_first=way.norm != "post",
+        drops=(drop1, drop2),
+        at=("out", "out"),
+        residual=way.residual,
+        form="normalised_skip" if way.norm == "normalised_skip" else "",
+    )
+    return _layers.residual_sublayers(
+        x, ((attention, norm1, drop1), (ref.ffn, norm2, drop2)), shape
+    )
 
 
 def _layer_mistakes(ref, x, mask, window: int | None, train: bool) -> dict[str, Any]:
