@@ -17,7 +17,7 @@ from torch import nn
 
 pytest.importorskip("flax.nnx")
 
-from encoder_lib.grading import jax_checks, runner
+from encoder_lib.grading import jax_checks, observe_jax, runner
 from encoder_lib.grading.observe import Observation
 
 CHECKS = {
@@ -173,15 +173,15 @@ def test_in_a_kernel_compiled_programs_are_released_between_and_after_checks(mon
     process (this one) they are kept. Each release is recorded here instead of done."""
     released: list[str] = []
     monkeypatch.setattr(
-        jax_checks, "_release_compiled", lambda: released.append(jax_checks._SERVING[0])
+        observe_jax, "_release_compiled", lambda: released.append(observe_jax._SERVING[0])
     )
-    monkeypatch.setattr(jax_checks, "_SERVING", [""])
+    monkeypatch.setattr(observe_jax, "_SERVING", [""])
     namespace = NOTEBOOK.namespace()
     dropout, layer_norm = namespace["dropout"], namespace["LayerNorm"]
 
     jax_checks.check_jax_dropout(dropout)
     assert released == []  # not a kernel
-    monkeypatch.setattr(jax_checks, "_in_a_kernel", lambda: True)
+    monkeypatch.setattr(observe_jax, "_in_a_kernel", lambda: True)
     jax_checks.check_jax_dropout(dropout)
     # on its first call (another exercise than none), and after the check
     assert released == ["jax_dropout", ""]
