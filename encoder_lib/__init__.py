@@ -18,6 +18,15 @@ from .feed_forward import FeedForward
 from .gated_feed_forward import GatedFeedForward, feed_forward_parameter_counts, gated_d_ff
 from .layer_norm import LayerNorm
 from .masks import causal_mask, padding_mask, sliding_window_mask
+from .minilm import (
+    BertConfig,
+    BertEmbeddings,
+    BertEncoder,
+    contrastive_loss,
+    load_minilm,
+    mean_pool,
+    sentence_embedding,
+)
 from .mlm import IGNORE_INDEX, MaskedLanguageModel, fill_mask, mask_tokens, mlm_loss
 from .model import EncoderConfig, SentenceEncoder
 from .modern_encoder import (
@@ -31,6 +40,7 @@ from .review_language import ReviewLanguage, make_review_language
 from .rms_norm import RMSNorm, rms_norm
 from .rotary import RotaryEmbedding, apply_rotary, rotary_angles
 from .text import Vocabulary, load_corpus, tokenize
+from .wordpiece import WordPieceTokenizer, wordpiece
 
 __all__ = [
     "scaled_dot_product_attention",
@@ -75,6 +85,15 @@ __all__ = [
     "ModernSelfAttention",
     "ModernEncoderLayer",
     "ModernEncoder",
+    "wordpiece",
+    "WordPieceTokenizer",
+    "BertConfig",
+    "BertEmbeddings",
+    "BertEncoder",
+    "load_minilm",
+    "mean_pool",
+    "sentence_embedding",
+    "contrastive_loss",
 ]
 
 __version__ = "0.1.0"
