@@ -46,7 +46,6 @@ from torch import nn
 from ._checks import check_rank
 from .encoder import EncoderLayer, TransformerEncoder
 from .layer_norm import LayerNorm
-from .masks import padding_mask
 from .wordpiece import WordPieceTokenizer
 
 __all__ = [
@@ -128,8 +127,8 @@ class BertEmbeddings(nn.Module):
         self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None
     ) -> torch.Tensor:
         check_rank("input_ids", input_ids, "(B, L)")
-        B, L = input_ids.shape
-        if L > self.position_embeddings.num_embeddings:
+        L = input_ids.shape[1]
+        if self.position_embeddings.num_embeddings < L:
             raise ValueError(
                 f"input_ids has L = {L} tokens, but the model has only "
                 f"{self.position_embeddings.num_embeddings} positions"
