@@ -308,18 +308,25 @@ def read_bert_weights(path: str | Path, sha256: str | None = MINILM_SHA256) -> d
     return load_file(path)
 
 
-def load_minilm(folder: str | Path | None = None) -> BertEncoder:
+def load_minilm(
+    folder: str | Path | None = None, weights: dict[str, torch.Tensor] | None = None
+) -> BertEncoder:
     """all-MiniLM-L6-v2 in the course's modules, in eval mode, with its WordPiece tokenizer.
 
     Args:
         folder: where ``model.safetensors`` and ``vocab.txt`` are; by default the installed
             package's (``minilm_files()``).
+        weights: the tensors of ``model.safetensors`` already read (``read_bert_weights``): the
+            model then holds these very tensors (no second copy in memory; changing the model's
+            parameters in place changes them too).
     """
     folder = minilm_files() if folder is None else Path(folder)
     tokenizer = WordPieceTokenizer.from_vocab_file(folder / "vocab.txt", max_length=512)
     with torch.device("meta"):  # shapes only: the weights arrive with load_bert_state
         model = BertEncoder(BertConfig(), tokenizer)
-    model.load_bert_state(read_bert_weights(folder / "model.safetensors"))
+    if weights is None:
+        weights = read_bert_weights(folder / "model.safetensors")
+    model.load_bert_state(weights)
     return model.eval()
 
 
