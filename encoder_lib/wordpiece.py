@@ -2,11 +2,13 @@
 
 Text becomes tokens in two stages:
 
-1. **Words** (``split_words``, BERT's "basic tokenizer"): drop control characters and turn every
-   kind of whitespace into a space; put spaces around CJK ideographs, so each is a word of its
-   own; split on whitespace; then split off every punctuation character as a word of its own.
-   ``normalize`` lowercases a word and strips its accents (Unicode NFD, combining marks dropped):
-   ``"Café"`` -> ``"cafe"``.
+1. **Words** (``normalize``, then ``split_words``: BERT's "basic tokenizer"). ``normalize``
+   lowercases the text and strips its accents (Unicode NFD, combining marks dropped): ``"Café"``
+   -> ``"cafe"``. ``split_words`` drops control characters and turns every kind of whitespace into
+   a space; puts spaces around CJK ideographs, so each is a word of its own; splits on whitespace;
+   then splits off every punctuation character as a word of its own. Normalising first, as
+   Hugging Face's tokenizer does, matters for a few characters whose decomposition is
+   punctuation: ``"a≠b"`` becomes ``"a=b"`` (``=`` plus a combining stroke), three words.
 2. **Pieces** (``wordpiece``): each word is cut greedily, longest match first, into pieces of the
    vocabulary; every piece after the first carries the prefix ``##`` ("continues a word"):
    ``"unaffable"`` -> ``["una", "##ffa", "##ble"]``. A word that no sequence of pieces covers
@@ -38,9 +40,11 @@ MAX_WORD_CHARS = 100
 
 
 def _is_control(char: str) -> bool:
+    """Control (Cc), format (Cf, e.g. zero-width spaces), private use (Co) and surrogate (Cs)
+    characters, as Hugging Face's tokenizer (unassigned code points, Cn, are kept)."""
     if char in "\t\n\r":
         return False  # whitespace, kept as such
-    return unicodedata.category(char) in ("Cc", "Cf")
+    return unicodedata.category(char) in ("Cc", "Cf", "Co", "Cs")
 
 
 def _is_whitespace(char: str) -> bool:
@@ -111,11 +115,14 @@ def split_words(text: str) -> list[str]:
     return words
 
 
-def normalize(word: str) -> str:
-    """Lowercase and strip accents: ``"Élan"`` -> ``"elan"``. Accents are the combining marks
-    (category Mn) that Unicode's NFD decomposition separates from their letters."""
-    decomposed = unicodedata.normalize("NFD", word.lower())
-    return "".join(char for char in decomposed if unicodedata.category(char) != "Mn")
+def normalize(text: str) -> str:
+    """Strip accents and lowercase: ``"Élan"`` -> ``"elan"``. Accents are the combining marks
+    (category Mn) that Unicode's NFD decomposition separates from their letters. Each character
+    is lowercased on its own, as Hugging Face's tokenizer does: a final capital sigma becomes
+    ``σ``, not Python's context-aware ``ς``."""
+    decomposed = unicodedata.normalize("NFD", text)
+    stripped = (char for char in decomposed if unicodedata.category(char) != "Mn")
+    return "".join(char.lower() for char in stripped)
 
 
 def wordpiece(
@@ -198,7 +205,7 @@ class WordPieceTokenizer:
 
     def tokenize(self, text: str) -> list[str]:
         """The WordPiece tokens of ``text``, without [CLS] and [SEP]."""
-        return [p for word in split_words(text) for p in wordpiece(normalize(word), self.vocab)]
+        return [p for word in split_words(normalize(text)) for p in wordpiece(word, self.vocab)]
 
     def convert_tokens_to_ids(self, tokens: Iterable[str]) -> list[int]:
         return [self.vocab.get(token, self.unk_id) for token in tokens]
