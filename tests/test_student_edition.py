@@ -29,7 +29,14 @@ def edition(tmp_path_factory) -> Path:
 def test_it_holds_what_students_need(edition):
     for name in released():
         assert (edition / "notebooks" / name / f"{name}.ipynb").is_file()
-    for path in ("README.md", "Makefile", "requirements.txt", "pyproject.toml", "binder/postBuild"):
+    for path in (
+        "README.md",
+        "Makefile",
+        "requirements.txt",
+        "requirements-nodeps.txt",
+        "pyproject.toml",
+        "binder/postBuild",
+    ):
         assert (edition / path).is_file(), path
     assert (edition / "binder/jupyter/labconfig/page_config.json").is_file()
     assert (edition / "encoder_lib/grading/__init__.py").is_file()

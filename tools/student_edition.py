@@ -29,7 +29,16 @@ PLACEHOLDER_REPO = "OWNER/transformer-encoder-lab"
 PLACEHOLDER_BRANCH = "main"
 TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 
-TEST_ONLY = {"pytest", "hypothesis", "ruff", "nbval", "playwright", "jupyter-repo2docker"}
+TEST_ONLY = {
+    "pytest",
+    "hypothesis",
+    "ruff",
+    "nbval",
+    "playwright",
+    "jupyter-repo2docker",
+    "transformers",
+    "tokenizers",
+}
 """Top-level requirements only the repository's own tests use."""
 INSTRUCTOR_ONLY = {"dask", "distributed", "latex2mathml"}
 """Top-level requirements only grading and feedback use (encoder_lib.autograde)."""
@@ -44,6 +53,7 @@ STUDENT_PATHS = (
     "notebooks",
     "pyproject.toml",
     "requirements.txt",
+    "requirements-nodeps.txt",
 )
 """Top-level entries of this repository that a student may see (Binder keeps exactly these)."""
 INSTRUCTOR_PATHS = (
@@ -237,6 +247,7 @@ Pick one; all three run the same notebooks.
   ```bash
   python3.11 -m venv .venv
   .venv/bin/pip install --extra-index-url {index} -r requirements.txt
+  .venv/bin/pip install --no-deps -r requirements-nodeps.txt
   JUPYTER_CONFIG_PATH=binder/jupyter .venv/bin/jupyter lab --ServerApp.root_dir=notebooks
   ```
 
@@ -287,7 +298,7 @@ ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
 
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: requirements.txt pyproject.toml
+$(VENV)/.installed: requirements.txt requirements-nodeps.txt pyproject.toml
 \t@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "Python 3.11 is required"'
 \t$(PYTHON) -m venv $(VENV)
 \t$(BIN)/pip install --quiet --upgrade pip
@@ -298,6 +309,7 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 \t\techo "$(TORCH_INDEX) is not reachable: installing torch from the default index"; \\
 \t\t$(BIN)/pip install --quiet -r requirements.txt; \\
 \tfi
+\t$(BIN)/pip install --quiet --no-deps -r requirements-nodeps.txt
 \ttouch $@
 
 # The first notebook opens with the file browser at the root, where every notebook's folder is.
@@ -333,6 +345,7 @@ def build(out: Path, repo: str = PLACEHOLDER_REPO, branch: str = PLACEHOLDER_BRA
     shutil.copytree(ROOT / "binder", out / "binder", ignore=_ignore)
     (out / "pyproject.toml").write_text(student_pyproject())
     (out / "requirements.txt").write_text(student_requirements())
+    shutil.copy(ROOT / "requirements-nodeps.txt", out / "requirements-nodeps.txt")
     (out / "README.md").write_text(student_readme(repo, branch))
     first = released()[0]
     (out / "Makefile").write_text(STUDENT_MAKEFILE.format(index=TORCH_CPU_INDEX, first=first))
