@@ -32,6 +32,7 @@ The tests compare ``load_minilm`` with ``transformers.BertModel`` + mean pooling
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import math
@@ -44,6 +45,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ._checks import check_rank
+from .attention import MultiHeadAttention
 from .encoder import EncoderLayer, TransformerEncoder
 from .layer_norm import LayerNorm
 from .wordpiece import WordPieceTokenizer
@@ -59,6 +61,7 @@ __all__ = [
     "bert_layer_state",
     "BERT_LAYER_NAMES",
     "load_minilm",
+    "skip_init",
     "random_bert_weights",
     "mean_pool",
     "sentence_embedding",
@@ -277,6 +280,28 @@ class BertEncoder(nn.Module):
         return out
 
 
+@contextlib.contextmanager
+def skip_init():
+    """Build modules without their random initialisation, for weights that a checkpoint replaces
+    at once: parameters are allocated but never written, so the operating system gives them no
+    memory until they are used (a 90 MB model would otherwise be filled with random numbers,
+    then thrown away). Inside the block, ``nn.Linear``, ``nn.Embedding``, ``nn.LayerNorm`` and
+    the course's ``MultiHeadAttention`` skip ``reset_parameters``; the
+    parameters hold arbitrary values until ``load_state_dict`` fills them."""
+    classes = [nn.Linear, nn.Embedding, nn.LayerNorm, MultiHeadAttention]
+    saved = {cls: cls.__dict__.get("reset_parameters") for cls in classes}
+    try:
+        for cls in classes:
+            cls.reset_parameters = lambda self: None
+        yield
+    finally:
+        for cls, method in saved.items():
+            if method is None:
+                del cls.reset_parameters
+            else:
+                cls.reset_parameters = method
+
+
 def minilm_files() -> Path:
     """The folder of all-MiniLM-L6-v2's files inside the installed package (no import of the
     package itself, which would look for sentence-transformers only when asked to)."""
@@ -322,7 +347,7 @@ def load_minilm(
     """
     folder = minilm_files() if folder is None else Path(folder)
     tokenizer = WordPieceTokenizer.from_vocab_file(folder / "vocab.txt", max_length=512)
-    with torch.device("meta"):  # shapes only: the weights arrive with load_bert_state
+    with skip_init():  # no random numbers: the weights arrive with load_bert_state
         model = BertEncoder(BertConfig(), tokenizer)
     if weights is None:
         weights = read_bert_weights(folder / "model.safetensors")
