@@ -24,6 +24,7 @@ from . import (
     masked_lm_checks,
     modern_checks,
     multi_head_checks,
+    real_encoder_checks,
     restart_hints,
 )
 from .attention_checks import *  # noqa: F403
@@ -37,6 +38,7 @@ from .layer_norm_checks import *  # noqa: F403
 from .masked_lm_checks import *  # noqa: F403
 from .modern_checks import *  # noqa: F403
 from .multi_head_checks import *  # noqa: F403
+from .real_encoder_checks import *  # noqa: F403
 from .runner import EXERCISES
 
 # Every test cell's first line imports this package: its NameErrors say what to run even when
@@ -60,4 +62,5 @@ __all__ = [
     *masked_lm_checks.__all__,
     *modern_checks.__all__,
     *jax_checks.__all__,
+    *real_encoder_checks.__all__,
 ]
