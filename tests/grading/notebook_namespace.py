@@ -67,9 +67,10 @@ class Check(NamedTuple):
     check: Callable[..., None]
 
 
-def setup_namespace(with_jax: bool = False) -> dict[str, Any]:
+def setup_namespace(with_jax: bool = False, with_text: bool = False) -> dict[str, Any]:
     """The globals after the setup cell: its imports, in a module named ``__main__`` as in a
-    kernel; ``with_jax`` adds notebook 10's (``jax``, ``jnp``, ``nnx``, ``jax_bridge``)."""
+    kernel; ``with_jax`` adds notebook 10's (``jax``, ``jnp``, ``nnx``, ``jax_bridge``),
+    ``with_text`` notebook 11's (``unicodedata``, ``split_words``)."""
     namespace = {
         "__name__": "__main__",
         "math": math,
@@ -87,6 +88,12 @@ def setup_namespace(with_jax: bool = False) -> dict[str, Any]:
         from encoder_lib import jax_bridge
 
         namespace |= {"jax": jax, "jnp": jnp, "nnx": nnx, "jax_bridge": jax_bridge}
+    if with_text:
+        import unicodedata
+
+        from encoder_lib.wordpiece import split_words
+
+        namespace |= {"unicodedata": unicodedata, "split_words": split_words}
     return namespace
 
 
@@ -162,7 +169,10 @@ class SolutionNotebook:
     def namespace(self, replace: Mapping[str, str] | None = None) -> dict[str, Any]:
         """The notebook's globals once its answer cells have run, those in ``replace`` (answer
         grade_id -> source) replaced."""
-        namespace = setup_namespace(with_jax="import jax" in self.source("setup"))
+        setup = self.source("setup")
+        namespace = setup_namespace(
+            with_jax="import jax" in setup, with_text="import split_words" in setup
+        )
         for grade_id, source in self.answers.items():
             self.execute(grade_id, namespace, (replace or {}).get(grade_id, source))
         return namespace

@@ -164,8 +164,8 @@ def test_every_verdict_is_the_same_through_the_wire(assignment, answer):
 
 # --- Tensor subclasses ---------------------------------------------------------------------------
 
-# The answers whose outputs hold no torch tensor (a number, or JAX arrays), so there is nothing
-# to swap for a subclass; every other answer is tried.
+# The answers whose outputs hold no torch tensor (a number, JAX arrays, strings, a module), so
+# there is nothing to swap for a subclass; every other answer is tried.
 RETURNS_NO_TENSOR = {
     ("04_feed_forward", "answer_count_parameters"),
     ("06_sentiment_capstone", "train_step"),
@@ -175,6 +175,9 @@ RETURNS_NO_TENSOR = {
     ("10_jax_encoder", "jax_feed_forward"),
     ("10_jax_encoder", "jax_attention"),
     ("10_jax_encoder", "jax_encoder_block"),
+    ("11_real_encoder", "answer_wordpiece"),  # lists of strings
+    ("11_real_encoder", "answer_tokenize"),
+    ("11_real_encoder", "answer_load_bert_layer"),  # an EncoderLayer, run by the check
 }
 
 

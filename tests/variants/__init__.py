@@ -23,6 +23,7 @@ ASSIGNMENTS = (
     "08_pretraining",
     "09_modern_encoder",
     "10_jax_encoder",
+    "11_real_encoder",
 )
 
 
