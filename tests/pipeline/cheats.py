@@ -28,6 +28,13 @@ def _zeroed(out):
         return out * 0
     if isinstance(out, tuple):
         return tuple(_zeroed(o) for o in out)
+    if isinstance(out, list):  # notebook 11's tokens: one too many
+        return [*out, "[UNK]"]
+    if isinstance(out, torch.nn.Module):  # notebook 11's loaded layer: its weights zeroed
+        with torch.no_grad():
+            for p in out.parameters():
+                p.zero_()
+        return out
     if isinstance(out, int | float) and not isinstance(out, bool):
         return out + 1
     return out
@@ -130,6 +137,8 @@ def _lying(out):
         return out * 0
     if isinstance(out, tuple):
         return tuple(_lying(o) for o in out)
+    if isinstance(out, list):  # notebook 11's tokens: no torch to lie through
+        return [*out, "[UNK]"]
     return out
 '''
 
