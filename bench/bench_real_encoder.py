@@ -108,7 +108,9 @@ def main() -> None:
     N = len(corpus.documents)
     doc_vectors, query_vectors = vectors[:N], vectors[N : N + len(corpus.queries)]
 
-    random_model = retrieval.random_encoder(model.tokenizer, seed=0)
+    random_model = retrieval.random_encoder(
+        model.tokenizer, seed=0, texts=corpus.documents + corpus.queries
+    )
     comparison = retrieval.compare_search(corpus, doc_vectors, query_vectors, random_model)
     del random_model
     peaks["search (random encoder)"] = _peak_mb()

@@ -260,7 +260,7 @@ class BertEncoder(nn.Module):
         self.load_state_dict(state, assign=True)  # the tensors themselves: no second copy
 
     @torch.no_grad()
-    def encode(self, sentences: Sequence[str], batch_size: int = 64) -> torch.Tensor:
+    def encode(self, sentences: Sequence[str], batch_size: int = 16) -> torch.Tensor:
         """Unit sentence vectors ``(N, D)``, in the order given. Sentences are batched by length
         (less padding), which changes nothing in the result: padding is masked."""
         if self.tokenizer is None:

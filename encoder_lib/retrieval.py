@@ -25,16 +25,17 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 
 import torch
 import torch.nn.functional as F
 
 from ._checks import check_rank
-from .minilm import BertConfig, BertEncoder, contrastive_loss
+from .minilm import BertConfig, BertEncoder, contrastive_loss, skip_init
 from .minilm import sentence_embedding as _sentence_embedding
-from .wordpiece import WordPieceTokenizer
+from .pretraining import AdamW
+from .wordpiece import Encoding, WordPieceTokenizer
 
 __all__ = [
     "STOPWORDS",
@@ -263,21 +264,49 @@ def search(
     return list(zip(top.indices.tolist(), top.values.tolist(), strict=True))
 
 
+class _OnlyTheseTokens:
+    """A tokenizer whose ids are renumbered 0..n-1 over the tokens ``texts`` use (every other
+    token becomes 0, which ``random_encoder``'s model is never asked about)."""
+
+    def __init__(self, tokenizer: WordPieceTokenizer, texts: Sequence[str]):
+        self.tokenizer = tokenizer
+        used = {tokenizer.pad_id, tokenizer.cls_id, tokenizer.sep_id, tokenizer.unk_id}
+        for text in texts:
+            used.update(tokenizer.convert_tokens_to_ids(tokenizer.tokenize(text)))
+        self.new_id = torch.zeros(len(tokenizer), dtype=torch.long)
+        self.new_id[sorted(used)] = torch.arange(len(used))
+        self.size = len(used)
+
+    def __call__(self, texts: Sequence[str]) -> Encoding:
+        batch = self.tokenizer(texts)
+        return Encoding(self.new_id[batch.input_ids], batch.attention_mask, batch.token_type_ids)
+
+
 def random_encoder(
-    tokenizer: WordPieceTokenizer | None, seed: int = 0, config: BertConfig | None = None
+    tokenizer: WordPieceTokenizer,
+    seed: int = 0,
+    config: BertConfig | None = None,
+    texts: Sequence[str] | None = None,
 ) -> BertEncoder:
     """The same architecture as all-MiniLM-L6-v2 (``BertConfig()``) and the same tokenizer, with
     random weights: what the model would be without its training. In eval mode.
 
     The weights follow ``random_bert_weights``' recipe (normal, mean 0, standard deviation 0.02
     for the embeddings, 1 / sqrt(fan_in) for each weight matrix, 0.1 for biases and LayerNorm
-    offsets; LayerNorm gains 1 + N(0, 0.1)), drawn in float32 straight into the model's tensors:
-    ``random_bert_weights`` draws in float64 and returns a second copy, which costs about 200 MB
-    at its peak instead of the model's 90 MB. Free the model with ``del`` once its vectors are
-    made.
+    offsets; LayerNorm gains 1 + N(0, 0.1)), drawn in float32 straight into the model's tensors.
+
+    Args:
+        texts: if given, the model can encode only these texts, and its word table holds a row
+            only for the tokens they use (about 2,000 of 30,522 for the search collection): the
+            rows of other tokens, independent random vectors never looked up, would cost 47 MB
+            and change nothing. Free the model with ``del`` once its vectors are made.
     """
     config = BertConfig() if config is None else config
-    model = BertEncoder(config, tokenizer)
+    if texts is not None:
+        tokenizer = _OnlyTheseTokens(tokenizer, texts)
+        config = replace(config, vocab_size=tokenizer.size)
+    with skip_init():  # every parameter is drawn below
+        model = BertEncoder(config, tokenizer)
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -708,11 +737,32 @@ FINE_TUNE_STEPS = 120
 """``fine_tune``'s default number of steps (about 35 s on one thread here)."""
 
 
-def _embed(model: BertEncoder, texts: Sequence[str]) -> torch.Tensor:
-    """Unit sentence vectors ``(B, D)`` with gradients (``encode`` is for inference only)."""
-    batch = model.tokenizer(list(texts))
-    hidden = model(batch.input_ids, batch.attention_mask, batch.token_type_ids)  # (B, L, D)
-    return _sentence_embedding(hidden, batch.attention_mask)  # (B, D)
+@torch.no_grad()
+def _frozen_part(model: BertEncoder, texts: Sequence[str], first_trained: int) -> dict:
+    """text -> the input of layer ``first_trained``, ``(L, D)`` at its real tokens: what the
+    frozen embeddings and lower layers give, the same at every step, computed once."""
+    out = {}
+    for start in range(0, len(texts), 32):
+        chunk = list(texts[start : start + 32])
+        batch = model.tokenizer(chunk)
+        x = model.embeddings(batch.input_ids, batch.token_type_ids)  # (B, L, D)
+        mask = batch.attention_mask[:, None, None, :]  # (B, 1, 1, L)
+        for layer in model.encoder.layers[:first_trained]:
+            x = layer(x, mask)
+        for text, row, keep in zip(chunk, x, batch.attention_mask, strict=True):
+            out[text] = row[keep]  # (L_text, D)
+    return out
+
+
+def _embed(model: BertEncoder, frozen: dict, texts: Sequence[str], first_trained: int):
+    """Unit sentence vectors ``(B, D)`` with gradients through the trained top layers."""
+    rows = [frozen[t] for t in texts]
+    x = torch.nn.utils.rnn.pad_sequence(rows, batch_first=True)  # (B, L, D), zeros at padding
+    lengths = torch.tensor([len(r) for r in rows])
+    keep = torch.arange(x.shape[1])[None, :] < lengths[:, None]  # (B, L), True = real token
+    for layer in model.encoder.layers[first_trained:]:
+        x = layer(x, keep[:, None, None, :])
+    return _sentence_embedding(x, keep)  # (B, D)
 
 
 def fine_tune(
@@ -731,15 +781,18 @@ def fine_tune(
     """Fine-tune ``model`` in place on (query, document) pairs with in-batch negatives.
 
     Each step draws ``batch_size`` *different* documents at random and one of each document's
-    queries, encodes both sides with the model, and takes one ``torch.optim.AdamW`` step on
+    queries, encodes both sides with the model, and takes one AdamW step (``pretraining.AdamW``,
+    ``torch.optim.AdamW``'s update written out, 70 MB lighter) on
     ``loss_fn(query_vectors, doc_vectors)``: every other document of the batch is a negative. (Two
     queries for one document in a batch would make that document a negative of its own query.)
 
     Only the top ``train_layers`` encoder layers learn; the embeddings (the 30,522 x 384 word
     table alone is 47 MB) and the lower layers are frozen, which saves the gradients and the
     optimiser's two running averages for them and the activations that their backward pass would
-    keep. Dropout is off (the model stays in eval mode): measured on the company domain, it made
-    the steps slower and the memory larger without improving the held-out recall.
+    keep; and since their output for a text never changes, it is computed once, before the first
+    step, so that a step runs only the trained layers. Dropout is off (the model stays in eval
+    mode): measured on the company domain, it made the steps slower and the memory larger without
+    improving the held-out recall.
 
     Args:
         model: a ``BertEncoder`` with its tokenizer.
@@ -775,7 +828,9 @@ def fine_tune(
     model.requires_grad_(False)
     for p in trainable:
         p.requires_grad_(True)
-    optimizer = torch.optim.AdamW(trainable, lr=lr, weight_decay=weight_decay)
+    optimizer = AdamW(trainable, lr=lr, weight_decay=weight_decay)  # torch.optim's, written out
+    first = len(layers) - train_layers
+    frozen = _frozen_part(model, [q for q, _ in pairs] + documents, first)
     generator = torch.Generator().manual_seed(seed)
     bar = progress(total=steps, desc="fine-tuning") if progress is not None else None
     losses = []
@@ -788,7 +843,10 @@ def fine_tune(
                 for d in batch_documents
             ]
             batch_queries = [queries_of[d][j] for d, j in zip(batch_documents, picks, strict=True)]
-            loss = loss_fn(_embed(model, batch_queries), _embed(model, batch_documents))
+            loss = loss_fn(
+                _embed(model, frozen, batch_queries, first),
+                _embed(model, frozen, batch_documents, first),
+            )
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
