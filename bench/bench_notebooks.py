@@ -37,7 +37,7 @@ TIME_TARGETS_S = {  # notebooks that train a model (or compile JAX) in Run All
     "08_pretraining": 90.0,  # pretraining and fine-tuning (issue 16)
     "09_modern_encoder": 30.0,  # a length-generalisation experiment (issue 17)
     "10_jax_encoder": 60.0,  # JAX compiles every operation at its first call (issue 23)
-    "11_real_encoder": 60.0,  # a real model: search over its corpus, a minute of fine-tuning (issue 36)
+    "11_real_encoder": 60.0,  # a real model: search, then fine-tuning (issue 36)
 }
 MEMORY_TARGET_MB = 450.0  # Binder's guaranteed memory per user
 
