@@ -110,6 +110,7 @@ bench: setup
 	$(BIN)/python bench/bench_capstone.py
 	$(BIN)/python bench/bench_decoder_demo.py
 	$(BIN)/python bench/bench_jax.py
+	$(BIN)/python bench/bench_real_encoder.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis gradebook.db

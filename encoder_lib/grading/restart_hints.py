@@ -16,7 +16,7 @@ __all__ = ["SETUP_NAMES", "install_hints"]
 
 SETUP_NAMES = frozenset(
     "math os sys torch F nn plt widgets encoder_lib grading pretraining "
-    "jax jnp nnx jax_bridge".split()
+    "jax jnp nnx jax_bridge unicodedata retrieval split_words".split()
 )
 """The names the notebooks' setup cell imports for the student's code
 (tests/test_restart_hints.py checks the list against every setup cell)."""
