@@ -197,11 +197,11 @@ def test_a_tensor_no_mistake_explains_is_named_from_the_layer_s_state():
 
 
 def test_two_wrong_settings_are_named_from_the_layer_s_settings():
-    error = _layer_error('activation="gelu", norm_first=False', "norm_first=False")
+    error = _layer_error('        activation="gelu",\n', "")
     assert error.mistake == "relu-not-gelu"  # one mistake: the catalogue's own
     error = _layer_error(
-        'activation="gelu", norm_first=False,\n        layer_norm_eps=1e-12,',
-        "norm_first=False,",
+        '        activation="gelu",\n        norm_first=False,\n        layer_norm_eps=1e-12,\n',
+        "        norm_first=False,\n",
     )
     assert error.mistake == "wrong-setting"
     assert "activation is relu" in error.problem
