@@ -5,7 +5,8 @@ between global ones.
 What changed from ``encoder.EncoderLayer`` and why, in one line each:
 
 * no biases anywhere (projections, FFN, norms): fewer parameters, no loss in quality;
-* pre-norm, with a final norm after the stack: trains deep stacks without warm-up tricks;
+* pre-norm, with a final norm after the stack: deep stacks train far less sensitive to depth
+  and warm-up (Xiong et al., 2020; ModernBERT still warmed up);
 * ``GatedFeedForward`` (GeGLU) instead of linear-activation-linear;
 * ``RotaryEmbedding`` instead of adding positions to the input: scores see relative positions;
 * grouped-query attention: H query heads share H_kv key/value heads (H_kv = H is ordinary
