@@ -20,12 +20,14 @@
 - ``check_mlm_loss(mlm_loss)``, exercise 3: the cross-entropy of the chosen positions, averaged
   over them. Named: every position divides (the mean over B x L), a mean of per-sentence means,
   a sum, ignored positions counted (as class 0), softmax before log-softmax, log-softmax over the
-  wrong axis, the sign. ``F.cross_entropy`` and ``F.nll_loss`` are forbidden: the exercise is
-  what they do.
+  wrong axis, no log-softmax at all (the raw logits read as log-probabilities), probabilities
+  where log-probabilities belong, the sign. ``F.cross_entropy`` and ``F.nll_loss`` are
+  forbidden: the exercise is what they do.
 - ``check_fill_mask(fill_mask)``, exercise 4: the ``k`` most likely ordinary tokens at each
   ``<mask>``. Named: special tokens among the candidates, ids counted from ``first_word_id``
-  instead of 0, the least likely instead of the most likely, scores instead of ids, a fixed
-  ``mask_id``.
+  instead of 0, the least likely instead of the most likely, the right tokens least likely
+  first or in any other order, special tokens' scores set to 0 (not excluded: they win where
+  every ordinary score is negative), scores instead of ids, a fixed ``mask_id``.
 
 Each exercise is checked on its own: exercise 2's given ``encode`` does not use exercise 1 or 3,
 and exercises 3 and 4 take tensors.
@@ -565,6 +567,18 @@ def _loss_variants(logits: torch.Tensor, labels: torch.Tensor) -> dict[str, torc
             "vocabulary, the last axis (V), not over the positions.",
         ): ((nll(F.log_softmax(logits, dim=1)) * w).sum() / w.sum()),
         Mistake(
+            "no-log-softmax",
+            "it reads the raw logits as if they were log-probabilities: a logit is a score, not "
+            "log p. Turn each position's scores into log-probabilities over the vocabulary "
+            "(log_softmax over the last axis) before picking the right token's.",
+        ): ((nll(logits) * w).sum() / w.sum()),
+        Mistake(
+            "probabilities-not-log",
+            "it picks the right token's probability (after softmax) where the loss needs its "
+            "log-probability: the cross-entropy is the mean of -log p, which grows without "
+            "bound as p goes to 0; -p hardly moves. Use log_softmax.",
+        ): ((nll(logits.softmax(-1)) * w).sum() / w.sum()),
+        Mistake(
             "positive-sign",
             "the sign is wrong: it returns the mean log-probability of the right tokens, which "
             "training would push down. The loss is its negative, -log p.",
@@ -686,6 +700,15 @@ def _fill_variants(logits, ids, mask_id: int, first: int, k: int) -> dict[str, t
             "it returns the least likely tokens: topk takes the largest values by default (or "
             "sort in descending order).",
         ): (at[:, first:].topk(k, dim=-1, largest=False).indices + first),
+        Mistake(
+            "least-likely-first",
+            "it returns the right k tokens, but from the least likely to the most likely: each "
+            "row must start with the best candidate (a descending order of the scores).",
+        ): (at[:, first:].topk(k, dim=-1).indices.flip(-1) + first),
+        Mistake(
+            "special-tokens-zeroed",
+            _ZEROED,
+        ): (at.masked_fill(_special(at, first), 0.0).topk(k, dim=-1).indices),
     }
     if mask_id != 4:
         at4 = logits[ids == 4]
@@ -698,6 +721,49 @@ def _fill_variants(logits, ids, mask_id: int, first: int, k: int) -> dict[str, t
                 )
             ] = at4[:, first:].topk(k, dim=-1).indices + first
     return m
+
+
+_ZEROED = (
+    "the special tokens' scores are set to 0, which does not exclude them: a logit of 0 beats "
+    "every negative one, so a special token wins wherever the ordinary tokens all score below "
+    "0. Leave them out of the ranking altogether (rank only the ordinary tokens, or give the "
+    "special ones a score no ordinary token can lose to, -inf)."
+)
+
+
+def _special(at: torch.Tensor, first: int) -> torch.Tensor:
+    return torch.arange(at.shape[-1]) < first
+
+
+def _fill_probe(logits, ids, mask_id: int, first: int, k: int) -> runner.Probe:
+    """What the catalogue may miss: the right k tokens in another order; special tokens that
+    win only where the ordinary tokens score below 0 (their scores set to 0 some other way)."""
+
+    def probe(obs: Observation, ask: runner.Ask) -> str | None:
+        got = obs.value
+        if not isinstance(got, torch.Tensor) or got.dtype != torch.long or got.dim() != 2:
+            return None
+        want = mlm.fill_mask(logits, ids, mask_id, first, k=k)
+        if got.shape != want.shape:
+            return None
+        if torch.equal(got.sort(-1).values, want.sort(-1).values):
+            return Mistake(
+                "wrong-order",
+                "each row holds the right k tokens, but not from the most likely to the least "
+                "likely: rank them by their scores, best first (topk does, and so does a sort "
+                "in descending order; sorting the ids themselves does not).",
+            )
+        special = got < first
+        if not bool(special.any()):
+            return None
+        at = logits[ids == mask_id][:, first:]  # (N, ordinary words)
+        rows = special.any(-1)
+        # a special token won only where fewer than k ordinary tokens score above 0
+        if bool(((at > 0).sum(-1)[rows] < k).all()):
+            return Mistake("special-tokens-zeroed", _ZEROED)
+        return None
+
+    return probe
 
 
 def _fill_case(
@@ -728,6 +794,7 @@ def _fill_case(
         + f" and {len(masks)} <mask> tokens",
         reference=mlm.fill_mask,
         mistakes=lambda: _fill_variants(logits, ids, mask_id, first, k),
+        probes=(_fill_probe(logits, ids, mask_id, first, k),),
         shape_hints=(
             {
                 (len(masks),): Mistake(

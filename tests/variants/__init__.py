@@ -42,6 +42,10 @@ class Variant:
     also_says: tuple[tuple[str, str], ...] = ()
     """``(test cell, words)``: what another failing test cell's message must contain, e.g. that
     the mistake lives in this answer (an exercise that calls it)."""
+    mistake: str = ""
+    """The id of the mistake a buggy answer makes (``feedback.Mistake``, or a generic step's
+    id of ``runner.STEP_MISTAKES``): the failure of its own test cell must carry it, and every
+    id of the catalogue must be made by some buggy answer (tests/grading/test_catalogue.py)."""
 
 
 def load(assignment: str) -> tuple[list[Variant], list[Variant]]:

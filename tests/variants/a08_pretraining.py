@@ -515,6 +515,29 @@ _LOSS_BUGGY = [
         "wrong axis",
     ),
     Variant(
+        "raw_logits_as_log_probabilities",
+        LOSS,
+        _loss(
+            "    chosen = labels != -100\n"
+            "    picked = logits.gather(-1, labels.clamp(min=0)[..., None])[..., 0]\n"
+            "    return -(picked * chosen).sum() / chosen.sum()\n"
+        ),
+        (T_LOSS,),
+        "raw logits as if they were log-probabilities",
+        mistake="no-log-softmax",
+    ),
+    Variant(
+        "probabilities_not_log",
+        LOSS,
+        _loss(
+            _PICK.replace("F.log_softmax(logits, dim=-1)", "logits.softmax(dim=-1)")
+            + "    return -(picked * chosen).sum() / chosen.sum()\n"
+        ),
+        (T_LOSS,),
+        "probability (after softmax) where the loss needs its log-probability",
+        mistake="probabilities-not-log",
+    ),
+    Variant(
         "gather_at_minus_100",
         LOSS,
         _loss(
@@ -617,6 +640,54 @@ _FILL_BUGGY = [
         ),
         (T_FILL,),
         "least likely",
+    ),
+    Variant(
+        "least_likely_first",
+        FILL,
+        _fill(
+            _AT + "    words = at_masks[:, first_word_id:]\n"
+            "    best = words.sort(dim=-1).indices[:, -k:]  # ascending: the best k are last\n"
+            "    return best + first_word_id\n"
+        ),
+        (T_FILL,),
+        "from the least likely to the most likely",
+        mistake="least-likely-first",
+    ),
+    Variant(
+        "ids_sorted",
+        FILL,
+        _fill(
+            _AT + "    words = at_masks[:, first_word_id:]\n"
+            "    best = words.topk(k, dim=-1).indices.sort(dim=-1).values\n"
+            "    return best + first_word_id\n"
+        ),
+        (T_FILL,),
+        "the right k tokens, but not from the most likely",
+        mistake="wrong-order",
+    ),
+    Variant(
+        "special_tokens_zeroed",
+        FILL,
+        _fill(
+            "    scores = logits.clone()\n"
+            "    scores[..., :first_word_id] = 0.0  # special tokens out\n"
+            "    return scores[token_ids == mask_id].topk(k, dim=-1).indices\n"
+        ),
+        (T_FILL,),
+        "a logit of 0 beats every negative one",
+        mistake="special-tokens-zeroed",
+    ),
+    Variant(
+        "special_tokens_multiplied_by_zero",
+        FILL,
+        _fill(
+            "    keep = (torch.arange(logits.shape[-1]) >= first_word_id).to(logits.dtype)\n"
+            "    scores = logits * keep\n"
+            "    return scores[token_ids == mask_id].topk(k, dim=-1).indices\n"
+        ),
+        (T_FILL,),
+        "a logit of 0 beats every negative one",
+        mistake="special-tokens-zeroed",
     ),
     Variant(
         "scores",
