@@ -17,10 +17,13 @@ the comparison sees where dropout sits and how it scales, and the recorded keys 
 every site and every step got a fresh key.
 
 Named mistakes: Flax's epsilon, unbiased variance, the variance lost to cancellation in float32
-(layer norm); a kernel left in PyTorch's (out, in) layout (transplant); the softmax over the
-queries, scaling by sqrt(D), the padding mask read the PyTorch way (attention); pre-norm, a
-missing residual (block); a key reused across sites or steps; dropout running when
-``deterministic=True``.
+(layer norm); a kernel left in PyTorch's (out, in) layout, a kernel or bias replaced by a plain
+array or by a new ``nnx.Param`` instead of written in place (transplant); the softmax over the
+queries, scaling by sqrt(D), the padding mask read the PyTorch way, laid over the queries (NaN
+rows) or missing its head axis (attention); pre-norm, a missing residual (block); a key reused
+across sites or steps (kept from ``__init__``, or made from a fixed seed in ``__call__``);
+dropout running when ``deterministic=True``, one Bernoulli draw for the whole array. A module's
+parameters must be ``nnx.Param`` (a plain array or another kind of ``nnx.Variable`` is named).
 """
 
 from __future__ import annotations
@@ -313,17 +316,33 @@ def _fresh_keys(target: str) -> Callable[[Observation, Any], str | None]:
                         "self.rngs.dropout() for a new key at every site.",
                     )
                 if step and any(torch.equal(key, other) for other in seen):
+                    if _from_a_fixed_seed(key):
+                        return Mistake(
+                            "fixed-seed-key",
+                            f"{target}'s second call reused the keys of the first: its key is "
+                            "made from a fixed seed (jax.random.key(n)) inside __call__, so "
+                            "every call makes the same key again and drops the same positions. "
+                            "Ask self.rngs.dropout() for a new key at every call instead.",
+                        )
                     return Mistake(
                         "same-key-every-step",
                         f"{target}'s second call reused the keys of the first, so every step "
-                        "drops the same positions: draw the keys inside __call__ from "
-                        "self.rngs.dropout(), not once in __init__.",
+                        "drops the same positions: a key kept from one call to the next (made "
+                        "once, in __init__) is the same key each time. Draw the keys inside "
+                        "__call__ from self.rngs.dropout().",
                     )
             if step == 0:
                 seen = [k for k in keys if k is not None]
         return None
 
     return rule
+
+
+def _from_a_fixed_seed(key: torch.Tensor) -> bool:
+    """Whether a key's bits are those of ``jax.random.key(n)`` for a small ``n`` (0, n): a key
+    split from ``nnx.Rngs`` has random bits in both words."""
+    bits = key.flatten()
+    return bits.numel() == 2 and int(bits[0]) == 0 and 0 <= int(bits[1]) < 2**20
 
 
 def _module_call(
@@ -357,7 +376,11 @@ def _parameters(*owners: str, names: Sequence[str] = ("kernel", "bias")) -> list
 
 
 def _module_spec(cls: str, parameters: Sequence[str], given: bool = True) -> ModuleSpec:
-    keep = "keep the given __init__" if given else "name them scale and bias, as nnx.LayerNorm"
+    keep = (
+        "keep the given __init__"
+        if given
+        else "name them scale and bias, as nnx.LayerNorm does, each an nnx.Param"
+    )
     return ModuleSpec(
         forbidden_submodules=_FLAX_SUBMODULES,
         parameters=tuple(parameters),
@@ -367,6 +390,12 @@ def _module_spec(cls: str, parameters: Sequence[str], given: bool = True) -> Mod
         ),
         not_module_message=f"{{call}} should build an nnx.Module: keep `class {cls}(nnx.Module)`.",
         keep_init=keep,
+        not_parameter_message=(
+            "{names} should be parameters, but {call} holds them as {kinds}: an NNX "
+            "module's parameters are the arrays wrapped in nnx.Param, which "
+            "nnx.state(module, nnx.Param) lists and an optimiser trains (and which jax_bridge "
+            "writes PyTorch's weights into). A bare array is neither."
+        ),
     )
 
 
@@ -389,6 +418,7 @@ def _steps_case(
     padding = "" if keep is None else f", padding_mask with lengths {keep.sum(-1).tolist()}"
     what = f"{made}, {mode}, x of shape {tuple(x.shape)}{padding}"
     masks, none = _Masks(), [None] * len(sites)
+    probes = (_query_rows(keep),) if keep is not None else ()
 
     def mistakes(m: list[torch.Tensor | None]) -> dict[str, torch.Tensor]:
         return {
@@ -411,6 +441,7 @@ def _steps_case(
         expected=expected,
         mistakes=wrong,
         requires=(_fresh_keys(target),) if train else (),
+        probes=probes,
         slots=slots,
         letters=("the shape of x",) * len(slots),
         precheck=_sites(target, train, rate, sites, masks),
@@ -502,6 +533,21 @@ def _dropout_judge(x: torch.Tensor, rate: float, runs) -> Callable[[Observation,
                     + mismatch("the kept elements", first[kept], x[kept] / (1 - rate), 1e-6, 1e-5),
                 )
             )
+        if kept.numel() >= 16 and (bool(kept.all()) or not bool(kept.any())):
+            for out in active[1:]:
+                whole = (out != 0).all() or (out == 0).all()
+                if not bool(whole):
+                    break
+            else:
+                raise GradingError(
+                    Mistake(
+                        "one-draw-for-all",
+                        "every call keeps the whole array or drops all of it: the mask is one "
+                        "random draw for the whole array, not one per element. Give "
+                        "jax.random.bernoulli the shape of x, so that each element is kept or "
+                        "dropped on its own (with probability 1 - rate of keeping).",
+                    )
+                )
         share = kept.double().mean().item()
         if abs(share - rate) < abs(share - (1 - rate)) and abs(share - (1 - rate)) > 0.05:
             raise GradingError(
@@ -583,12 +629,16 @@ check_jax_dropout = runner.register_given(
 def _linear_hint(d_in: int, d_out: int) -> Callable[[Failure], str | None]:
     def hint(failure: Failure) -> str | None:
         if "broadcast" in failure.message or "shape" in failure.message.lower():
-            return (
+            return Mistake(
+                "kernel-not-transposed",
                 f"nn.Linear's weight is (out, in) = ({d_out}, {d_in}); nnx.Linear's kernel is "
-                f"(in, out) = ({d_in}, {d_out}), because it computes x @ kernel: transpose it."
+                f"(in, out) = ({d_in}, {d_out}), because it computes x @ kernel: transpose it.",
             )
         if "NoneType" in failure.message:
-            return "bias may be None (nn.Linear(bias=False)): then the layer has no bias to fill."
+            return Mistake(
+                "bias-none-not-handled",
+                "bias may be None (nn.Linear(bias=False)): then the layer has no bias to fill.",
+            )
         return None
 
     return _hint(hint)
@@ -643,8 +693,11 @@ def _linear_case(d_in: int, d_out: int, bias: bool, seed: int) -> Case:
         mistakes=mistakes,
         shape_hints=(
             {
-                (d_out, d_in): "That is nn.Linear's layout, (out, in): nnx.Linear's kernel is its "
-                "transpose, (in, out)."
+                (d_out, d_in): Mistake(
+                    "kernel-not-transposed",
+                    "That is nn.Linear's layout, (out, in): nnx.Linear's kernel is its "
+                    "transpose, (in, out).",
+                )
             },
         ),
         failure_hint=_linear_hint(d_in, d_out),
@@ -663,12 +716,37 @@ def _linear_cases(thorough: bool) -> Iterator[Case]:
     yield _linear_case(32, 16, False, seed=10_150)
 
 
+def _linear_variables(obs: Observation, ask: Any) -> str | None:
+    """Once the values are right: the kernel and bias are still the layer's own nnx.Param,
+    written in place."""
+    for name, what in (obs.info.get("variables") or {}).items():
+        if what == "same":
+            continue
+        if what == "new Param":
+            return Mistake(
+                "variable-replaced",
+                f"the values are right, but layer.{name} is a new nnx.Param that replaced the "
+                "layer's own: the exercise copies the weights into the variable the layer "
+                f"already has, in place (layer.{name}[...] = ...), so that anything holding "
+                "that variable (an optimiser's state, a tied layer) sees the new values.",
+            )
+        return Mistake(
+            "not-a-parameter",
+            f"the values are right, but layer.{name} is now a plain {what}, no longer an "
+            "nnx.Param: nnx.state(layer, nnx.Param) no longer lists it, so no optimiser would "
+            f"train it. Write into the parameter in place (layer.{name}[...] = ...) instead of "
+            "replacing it.",
+        )
+    return None
+
+
 check_jax_load_linear = runner.register_given(
     2,
     "def load_linear(layer, weight, bias):",
     _linear_cases,
     name="jax_load_linear",
     probes=(_linear_not_changed,),
+    requires=(_linear_variables,),
     slots=("the layer's kernel after the call", "the layer's bias after the call"),
     letters=("(in, out)", "(out,)"),
     atol=0.0,
@@ -888,7 +966,40 @@ _MHA_MISTAKES = {
 }
 
 
+def _query_rows(keep: torch.Tensor | None) -> Callable[[Observation, Any], str | None]:
+    """A probe for an output with NaN at padded positions' rows: the mask hid the queries."""
+
+    def probe(obs: Observation, ask: Any) -> str | None:
+        values = obs.value if isinstance(obs.value, tuple) else (obs.value,)
+        if keep is None or not all(isinstance(v, torch.Tensor) for v in values):
+            return None
+        nan_rows = [v.isnan().any(-1) for v in values if v.shape[:2] == keep.shape]
+        if not nan_rows or not any(bool(r.any()) for r in nan_rows):
+            return None
+        if all(bool((r == ~keep).all()) for r in nan_rows):
+            return _MASKED_QUERIES
+        return None
+
+    return probe
+
+
+_MASKED_QUERIES = Mistake(
+    "mask-hides-queries",
+    "the output is NaN at the padded positions: the padding mask is laid along the queries "
+    "(rows of the scores) instead of the keys (columns), so a padded query's whole row is -inf "
+    "and its softmax divides 0 by 0. A padded token may still ask (its row is kept); what no "
+    "query may do is attend to it: shape the mask (B, 1, 1, L) so that it hides key columns.",
+)
+
+
 def _attention_hint(failure: Failure) -> str | None:
+    if "broadcast" in failure.message.lower():
+        return Mistake(
+            "mask-shape",
+            "the padding mask (B, L) does not line up with the scores (B, H, L_q, L_k): give "
+            "it an axis for the heads and one for the queries, so that it hides key columns "
+            "in every head and every row.",
+        )
     if "reshape" in failure.message or "cannot reshape" in failure.message.lower():
         return (
             "reshape (B, L, D) to (B, L, H, d_head) with H = self.num_heads and d_head = "

@@ -240,7 +240,17 @@ def _run_linear(target: Any, call: Call, obs: Observation) -> tuple[Any, Any]:
     d_in, d_out, use_bias = call.options["linear"]
     layer = nnx.Linear(d_in, d_out, use_bias=use_bias, rngs=nnx.Rngs(call.seed))
     obs.info["before"] = _torch((layer.kernel[...], layer.bias[...] if use_bias else None))
+    variables = {"kernel": layer.kernel, "bias": layer.bias if use_bias else None}
     target(layer, *_jax(call.args))
+    # what each variable is after the call: "same" (written in place), "new Param", or the
+    # class of what replaced it (a plain array is no parameter: no optimiser would train it)
+    obs.info["variables"] = {
+        name: "same" if getattr(layer, name, None) is before
+        else "new Param" if isinstance(getattr(layer, name, None), nnx.Param)
+        else type(getattr(layer, name, None)).__name__
+        for name, before in variables.items()
+        if before is not None
+    }  # fmt: skip
     return layer.kernel[...], (layer.bias[...] if use_bias else None)
 
 
@@ -286,8 +296,30 @@ def _describe(module: Any) -> dict[str, Any]:
             for path, m in module.iter_modules()
             if path
         }
+        # arrays held outside nnx.Param (a plain array, another kind of Variable): no parameter
+        facts["not_parameters"] = {
+            ".".join(str(p) for p in (*path, name)): _kind(v)
+            for path, m in module.iter_modules()
+            for name, v in vars(m).items()
+            if not name.startswith("_") and _not_a_parameter(v)
+        }
     facts["attrs"] = {}
     return facts
+
+
+def _not_a_parameter(value: Any) -> bool:
+    import jax
+    from flax import nnx
+
+    if isinstance(value, nnx.Variable):
+        return not isinstance(value, nnx.Param | nnx.RngState)
+    return isinstance(value, jax.Array)
+
+
+def _kind(value: Any) -> str:
+    import jax
+
+    return "a plain jax array" if isinstance(value, jax.Array) else f"nnx.{type(value).__name__}"
 
 
 def _array(variable: Any) -> Any:

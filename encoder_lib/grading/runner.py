@@ -170,6 +170,7 @@ STEP_MISTAKES: dict[str, str] = {
     "wrong-kind": "a function where a class is asked for, or a class where a function is",
     "not-a-module": "the class does not build an nn.Module",
     "parameter-names": "the module's parameters are not the given ones",
+    "not-a-parameter": "a parameter is held as a plain array or tensor, not as a parameter",
     "initial-values": "a parameter does not start at its given value",
     "attribute": "an attribute the given __init__ sets is wrong",
     "parameters-do-not-load": "load_state_dict refuses the reference's parameters",
@@ -214,6 +215,12 @@ class ModuleSpec:
     """Qualified class name of a sub-module the answer must not hold -> its name in messages."""
     not_module_message: str = "{call} should build an nn.Module: keep the given class and __init__."
     keep_init: str = "keep the given __init__"
+    not_parameter_message: str = (
+        "{names} should be parameters, but {call} holds them as {kinds}: no optimiser "
+        "would train them. Wrap each in nn.Parameter."
+    )
+    """Said when an expected parameter is held as a plain array (``facts["not_parameters"]``:
+    name -> class); may use ``{names}``, ``{kinds}`` and ``{call}``."""
 
 
 @dataclass
@@ -867,6 +874,17 @@ def _check_module(case: Case, facts: Mapping[str, Any] | None) -> None:
                 mistake="forbidden-built-in",
             )
     params: Mapping[str, torch.Tensor] = facts.get("parameters", {})
+    plain = facts.get("not_parameters", {})
+    loose = sorted(n for n in spec.parameters or () if n in plain and n not in params)
+    if loose:
+        raise GradingError(
+            spec.not_parameter_message.format(
+                names=", ".join(f"self.{n}" for n in loose),
+                kinds=" and ".join(sorted({plain[n] for n in loose})),
+                call=call,
+            ),
+            mistake="not-a-parameter",
+        )
     if spec.parameters is not None and sorted(params) != sorted(spec.parameters):
         raise GradingError(
             spec.names_message.format(got=sorted(params), expected=sorted(spec.parameters)),

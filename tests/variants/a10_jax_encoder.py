@@ -236,6 +236,17 @@ _DROPOUT_BUGGY = [
         "rate = 1",
     ),
     Variant(
+        "one_draw_for_the_whole_array",
+        DROP,
+        _dropout(
+            _GUARDS + "    keep = jax.random.bernoulli(key, 1.0 - rate)\n"
+            "    return jnp.where(keep, x / (1.0 - rate), 0.0)\n"
+        ),
+        (T_DROP,),
+        "one random draw for the whole array",
+        mistake="one-draw-for-all",
+    ),
+    Variant(
         "in_place",
         DROP,
         _dropout(
@@ -279,6 +290,38 @@ _LINEAR_BUGGY = [
         ),
         (T_LIN,),
         "(out, in)",
+    ),
+    Variant(
+        "kernel_replaced_by_an_array",
+        LIN,
+        _linear(
+            "    layer.kernel = weight.T\n    if bias is not None:\n        layer.bias = bias\n"
+        ),
+        (T_LIN,),
+        "no longer an nnx.Param",
+        mistake="not-a-parameter",
+    ),
+    Variant(
+        "bias_replaced_by_an_array",
+        LIN,
+        _linear(
+            "    layer.kernel[...] = weight.T\n    if bias is not None:\n"
+            "        layer.bias = jnp.asarray(bias)\n"
+        ),
+        (T_LIN,),
+        "layer.bias is now a plain",
+        mistake="not-a-parameter",
+    ),
+    Variant(
+        "new_params",
+        LIN,
+        _linear(
+            "    layer.kernel = nnx.Param(weight.T)\n"
+            "    if layer.bias is not None:\n        layer.bias = nnx.Param(bias)\n"
+        ),
+        (T_LIN,),
+        "a new nnx.Param that replaced the layer's own",
+        mistake="variable-replaced",
     ),
     Variant(
         "reshaped",
@@ -388,6 +431,34 @@ _LN_BUGGY = [
         "scale and bias are not applied",
     ),
     Variant(
+        "plain_arrays",
+        LN,
+        _layer_norm(
+            "        self.scale = jnp.ones((num_features,))\n"
+            "        self.bias = jnp.zeros((num_features,))\n"
+            "        self.epsilon = 1e-5 if epsilon is None else epsilon\n",
+            _LN_CALL + "        return (x - mean) / jnp.sqrt(variance + self.epsilon) "
+            "* self.scale + self.bias\n",
+        ),
+        (T_LN, T_BLOCK),
+        "holds them as a plain jax array",
+        mistake="not-a-parameter",
+    ),
+    Variant(
+        "variables_not_params",
+        LN,
+        _layer_norm(
+            "        self.scale = nnx.Variable(jnp.ones((num_features,)))\n"
+            "        self.bias = nnx.Variable(jnp.zeros((num_features,)))\n"
+            "        self.epsilon = 1e-5 if epsilon is None else epsilon\n",
+            _LN_CALL + "        return (x - mean) / jnp.sqrt(variance + self.epsilon) "
+            "* self.scale + self.bias\n",
+        ),
+        (T_LN, T_BLOCK),
+        "holds them as nnx.Variable",
+        mistake="not-a-parameter",
+    ),
+    Variant(
         "torch_names",
         LN,
         _layer_norm(
@@ -467,6 +538,20 @@ _FF_BUGGY = [
         "reused the keys of the first",
     ),
     Variant(
+        "key_made_in_init",
+        FF,
+        _FF_INIT.replace(
+            "        self.rngs = rngs  # self.rngs.dropout() gives a new key at every call\n",
+            "        self.key = rngs.dropout()  # one key for the module\n",
+        )
+        + "        h = jax.nn.relu(self.linear1(x))\n"
+        "        h = dropout(h, self.dropout_rate, deterministic=deterministic, key=self.key)\n"
+        "        return self.linear2(h)\n",
+        (T_FF, T_BLOCK),
+        "made once, in __init__",
+        mistake="same-key-every-step",
+    ),
+    Variant(
         "always_training",
         FF,
         _ff(
@@ -522,6 +607,24 @@ _MHA_BUGGY = [
         ),
         (T_MHA, T_BLOCK),
         "PyTorch way",
+    ),
+    Variant(
+        "mask_hides_query_rows",
+        MHA,
+        _mha(
+            mask="            scores = jnp.where(padding_mask[:, None, :, None], scores, -jnp.inf)\n"  # noqa: E501
+        ),
+        (T_MHA, T_BLOCK),
+        "laid along the queries",
+        mistake="mask-hides-queries",
+    ),
+    Variant(
+        "mask_without_head_axis",
+        MHA,
+        _mha(mask="            scores = jnp.where(padding_mask[:, None, :], scores, -jnp.inf)\n"),
+        (T_MHA, T_BLOCK),
+        "does not line up with the scores",
+        mistake="mask-shape",
     ),
     Variant(
         "mask_ignored",
@@ -749,14 +852,6 @@ CORRECT = [
         _linear(
             "    layer.kernel.set_value(jnp.transpose(weight))\n"
             "    if bias is not None:\n        layer.bias.set_value(bias)\n"
-        ),
-    ),
-    Variant(
-        "new_params",
-        LIN,
-        _linear(
-            "    layer.kernel = nnx.Param(weight.T)\n"
-            "    if layer.bias is not None:\n        layer.bias = nnx.Param(bias)\n"
         ),
     ),
     Variant(
