@@ -1,5 +1,5 @@
 # The commands people run daily. Each target sets up .venv first if requirements changed.
-#   make lab         set up and open JupyterLab on notebooks/, the first notebook in front (students)
+#   make lab         set up and open JupyterLab on work/ (the students' copy of notebooks/)
 #   make instructor  JupyterLab on the whole repository with nbgrader's formgrader (instructors)
 #   make test   set up and run every test (lint, library, graders, notebooks, nbgrader pipeline, nbval x3)
 #   make quick  the same without the slow end-to-end suites and nbval
@@ -36,17 +36,22 @@ $(STAMP): requirements.txt requirements-nodeps.txt pyproject.toml
 	$(BIN)/pip install --quiet --no-deps -r requirements-nodeps.txt
 	touch $(STAMP)
 
-# Students: notebooks/ only, without nbgrader's instructor extensions (binder/jupyter/ holds the
-# same settings Binder applies). LAB_ARGS passes more options, e.g. LAB_ARGS=--ip=0.0.0.0.
+# Students: work/, their own copy of notebooks/ (tools/work_copy.py: the first run copies every
+# notebook, later runs only the new ones, and never touch a file already there; git ignores
+# work/, and `make notebooks`, nbgrader and `git pull` only write notebooks/). Served without
+# nbgrader's instructor extensions (binder/jupyter/ holds the same settings Binder applies).
+# LAB_ARGS passes more options, e.g. LAB_ARGS=--ip=0.0.0.0.
 # The first notebook opens with the file browser at the root, where every notebook's folder is
 # (JupyterLab's file-browser-path; without it the browser opens in the notebook's folder). The
 # printed address is the root, which leads there: the server would print the home page's address
 # with "?token=" glued after its own "?" (a link that asks for the token again).
+WORK := work
 LAB_HOME := /lab/tree/01_self_attention/01_self_attention.ipynb?file-browser-path=/
 lab: setup
-	@echo "JupyterLab serves notebooks/. Open the first http://...?token=... address it prints."
+	@$(BIN)/python tools/work_copy.py notebooks $(WORK)
+	@echo "JupyterLab serves $(WORK)/. Open the first http://...?token=... address it prints."
 	JUPYTER_CONFIG_PATH="$(CURDIR)/binder/jupyter$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH}" \
-		$(BIN)/jupyter lab $(ALLOW_ROOT) --ServerApp.root_dir=notebooks \
+		$(BIN)/jupyter lab $(ALLOW_ROOT) --ServerApp.root_dir=$(WORK) \
 		'--LabApp.default_url=$(LAB_HOME)' --ServerApp.custom_display_url=/ $(LAB_ARGS)
 
 # Instructors: the whole repository (the nbgrader course directory) with the formgrader;

@@ -36,6 +36,7 @@ def test_it_holds_what_students_need(edition):
         "requirements-nodeps.txt",
         "pyproject.toml",
         "binder/postBuild",
+        *se.STUDENT_TOOLS,
     ):
         assert (edition / path).is_file(), path
     assert (edition / "binder/jupyter/labconfig/page_config.json").is_file()
@@ -51,7 +52,9 @@ def test_nothing_from_solutions_leaks(edition):
     solution, hidden = se.secret_lines()
     assert len(solution) > 20 and len(hidden) > 5  # the scan has something to look for
     for path in (*se.INSTRUCTOR_PATHS, "nbgrader_config.py"):
-        assert not (edition / path).exists(), path
+        shipped = [p for p in se.STUDENT_TOOLS if p.startswith(f"{path}/")]
+        files = sorted(str(f.relative_to(edition)) for f in (edition / path).rglob("*"))
+        assert files == shipped and not (edition / path).is_file(), path
 
 
 def test_the_leak_scan_finds_an_answer_put_back(edition, tmp_path):
@@ -64,11 +67,14 @@ def test_the_leak_scan_finds_an_answer_put_back(edition, tmp_path):
     nbformat.write(nb, notebook)
     (copy / "encoder_lib" / "extra.py").write_text(f"{test}\n")
     (copy / "solutions").mkdir()
+    (copy / "solutions" / "notes.txt").write_text("")
+    (copy / "tools" / "grade.py").write_text("")
     found = "\n".join(se.leaks(copy))
     assert f"solution line {answer!r}" in found
     assert "nbgrader marker '### BEGIN HIDDEN TESTS'" in found
     assert f"encoder_lib/extra.py:1: hidden-test line {test!r}" in found
     assert "solutions: instructor material" in found
+    assert "tools: instructor material" in found
 
 
 def test_student_notebooks_are_the_released_ones_with_the_published_repository(edition):
@@ -122,7 +128,10 @@ def test_student_makefile_serves_notebooks_without_instructor_tools(edition):
         ["make", "-n", "-o", "setup", "lab"], cwd=edition, capture_output=True, text=True
     )
     assert dry_run.returncode == 0, dry_run.stderr
-    assert "--ServerApp.root_dir=notebooks" in dry_run.stdout
+    # the student's answers live in work/, which git ignores (tools/work_copy.py makes it)
+    assert dry_run.stdout.splitlines()[0].endswith("python tools/work_copy.py notebooks work")
+    assert "--ServerApp.root_dir=work" in dry_run.stdout
+    assert "/work/" in (edition / ".gitignore").read_text().splitlines()
     assert f'JUPYTER_CONFIG_PATH="{edition}/binder/jupyter' in dry_run.stdout
     first = released()[0]  # open, with the file browser at the root (every notebook's folder)
     assert f"default_url=/lab/tree/{first}/{first}.ipynb?file-browser-path=/'" in dry_run.stdout
@@ -135,7 +144,7 @@ def test_readme_lists_every_notebook_found_and_says_how_to_keep_work(edition):
     for number, title in enumerate(titles, start=1):
         assert f"| {number} | {title} |" in readme
     keep = readme.split("## Keep your work")[1].split("\n## ")[0]
-    assert "git pull" in keep and "Duplicate" in keep and "git checkout -- notebooks" in keep
+    assert "git pull" in keep and "`work/`" in keep and "never changes a file" in keep
 
 
 def test_repository_readme_links_every_notebook_on_colab():

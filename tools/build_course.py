@@ -69,7 +69,11 @@ def generate(names: list[str], out: Path) -> None:
         course = Path(tmp)
         shutil.copy(ROOT / "nbgrader_config.py", course)
         for name in names:
-            shutil.copytree(SOLUTIONS / name, course / "solutions" / name)
+            shutil.copytree(
+                SOLUTIONS / name,
+                course / "solutions" / name,
+                ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"),
+            )
             subprocess.run(
                 ["nbgrader", "generate_assignment", name, "--force", "--log-level=WARN"],
                 cwd=course,
@@ -87,6 +91,27 @@ def release(names: list[str]) -> None:
         print(f"released notebooks/{name}")
 
 
+def ignored_by_git(folder: Path, paths: set[Path]) -> set[Path]:
+    """The ``paths`` (relative to ``folder``) that git ignores: JupyterLab's
+    ``.ipynb_checkpoints/`` once a notebook was opened, ``__pycache__/``. Outside a git checkout,
+    the folders .gitignore names for that reason."""
+    if not paths:
+        return set()
+    try:
+        done = subprocess.run(
+            ["git", "check-ignore", "--no-index", "--stdin", "-z"],
+            cwd=folder,
+            input="\0".join(str(p) for p in sorted(paths)),
+            capture_output=True,
+            text=True,
+        )
+    except FileNotFoundError:  # no git on this machine
+        done = None
+    if done is not None and done.returncode in (0, 1):  # 1: nothing is ignored
+        return {Path(p) for p in done.stdout.split("\0") if p}
+    return {p for p in paths if {".ipynb_checkpoints", "__pycache__"} & set(p.parts)}
+
+
 def stale() -> list[str]:
     """Paths under notebooks/ that differ from what nbgrader makes from solutions/ now."""
     problems = []
@@ -95,6 +120,7 @@ def stale() -> list[str]:
         generate(assignments(), fresh)
         expected = {p.relative_to(fresh) for p in fresh.rglob("*") if p.is_file()}
         actual = {p.relative_to(RELEASE) for p in RELEASE.rglob("*") if p.is_file()}
+        actual -= ignored_by_git(RELEASE, actual)
         problems += [f"missing notebooks/{p}" for p in sorted(expected - actual)]
         problems += [f"unexpected notebooks/{p}" for p in sorted(actual - expected)]
         for rel in sorted(expected & actual):

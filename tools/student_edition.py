@@ -6,11 +6,12 @@
 
 The student edition holds ``notebooks/`` (the student versions), ``encoder_lib/`` without the
 instructor's ``autograde/`` package, ``pyproject.toml``, a complete ``requirements.txt``,
-``binder/``, a ``Makefile`` with ``make lab`` and a README with Binder and Colab links. It holds
-no ``solutions/``, no hidden tests, no ``tests/`` (the variants are answers too) and no nbgrader
-configuration. ``--repo`` and ``--branch`` name where it will be published: the links and the
-notebooks' Colab install line point there (default: the ``OWNER`` placeholder of this
-repository's own links).
+``binder/``, a ``Makefile`` with ``make lab`` (which serves ``work/``, the student's own copy of
+``notebooks/``, made by ``tools/work_copy.py``, the one file of ``tools/`` it ships) and a README
+with Binder and Colab links. It holds no ``solutions/``, no hidden tests, no ``tests/`` (the
+variants are answers too) and no nbgrader configuration. ``--repo`` and ``--branch`` name where
+it will be published: the links and the notebooks' Colab install line point there (default: the
+``OWNER`` placeholder of this repository's own links).
 """
 
 from __future__ import annotations
@@ -66,7 +67,10 @@ INSTRUCTOR_PATHS = (
     "tests",
     "tools",
 )
-"""What ``binder/postBuild`` deletes and the student edition never copies."""
+"""What ``binder/postBuild`` deletes and the student edition never copies (but STUDENT_TOOLS)."""
+STUDENT_TOOLS = ("tools/work_copy.py",)
+"""The files of ``tools/`` the student edition ships: ``make lab``'s working copy. (Binder
+deletes them with the rest of ``tools/``: a session is never regenerated, so it needs none.)"""
 
 
 # --- pins ----------------------------------------------------------------------------------------
@@ -241,30 +245,31 @@ Pick one; all three run the same notebooks.
   ```
 
   creates `.venv/` (PyTorch's CPU-only build included, about 1.5 GB on disk; a few minutes the
-  first time) and opens JupyterLab on the first notebook, with every notebook's folder in the
-  file browser on the left. Without `make`:
+  first time), copies the notebooks into `work/` (your working copy, see "Keep your work") and
+  opens JupyterLab there on the first notebook, with every notebook's folder in the file browser
+  on the left. Without `make`:
 
   ```bash
   python3.11 -m venv .venv
   .venv/bin/pip install --extra-index-url {index} -r requirements.txt
   .venv/bin/pip install --no-deps -r requirements-nodeps.txt
-  JUPYTER_CONFIG_PATH=binder/jupyter .venv/bin/jupyter lab --ServerApp.root_dir=notebooks
+  .venv/bin/python tools/work_copy.py notebooks work
+  JUPYTER_CONFIG_PATH=binder/jupyter .venv/bin/jupyter lab --ServerApp.root_dir=work
   ```
 
 ## Keep your work
 
-On Binder and Colab, save your notebooks as said above. If you cloned this repository:
+On Binder and Colab, save your notebooks as said above. On your own computer, `make lab` keeps
+your work in `work/`, a copy of `notebooks/`:
 
-- `git pull` (to get your instructor's updates) brings new versions of the notebook files
-  themselves, and git refuses to overwrite a notebook you changed, or leaves conflict markers in
-  it. So write your answers in a copy: in JupyterLab's file browser, right-click a notebook and
-  choose Duplicate (`{first}-Copy1.ipynb`, beside the original). git never touches a
-  file it does not track: your copies survive every pull, and the updates arrive beside them.
-- Already wrote in an original? Copy it before you pull, for example
-  `cp notebooks/{first}/{first}.ipynb my-{first}.ipynb`;
-  let git put the original back (`git checkout -- notebooks`), then pull.
+- The first `make lab` copies every notebook into `work/`. JupyterLab opens there. Write your
+  answers there.
+- `git pull` brings your instructor's updates into `notebooks/`. git ignores `work/`, so it never
+  touches your answers. The next `make lab` copies in only the notebooks `work/` does not have
+  yet. It never changes a file that is already in `work/`.
+- Want a fresh copy of a notebook? Rename yours in `work/`, then run `make lab` again.
 - Hand your work in under the notebook's own name (`{first}.ipynb` for the first):
-  that is the name the grader looks for.
+  that is the name the grader looks for. It is in `work/{first}/`.
 
 ## The notebooks
 
@@ -312,19 +317,22 @@ $(VENV)/.installed: requirements.txt requirements-nodeps.txt pyproject.toml
 \t$(BIN)/pip install --quiet --no-deps -r requirements-nodeps.txt
 \ttouch $@
 
+# Your answers live in work/, your copy of notebooks/: the first run copies every notebook, later
+# runs only the new ones, and never change a file already there (git pull only writes notebooks/).
 # The first notebook opens with the file browser at the root, where every notebook's folder is.
 LAB_HOME := /lab/tree/{first}/{first}.ipynb?file-browser-path=/
 lab: setup
-\t@echo "JupyterLab serves notebooks/. Open the first http://...?token=... address it prints."
+\t@$(BIN)/python tools/work_copy.py notebooks work
+\t@echo "JupyterLab serves work/. Open the first http://...?token=... address it prints."
 \tJUPYTER_CONFIG_PATH="$(CURDIR)/binder/jupyter$${{JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH}}" \\
-\t\t$(BIN)/jupyter lab $(ALLOW_ROOT) --ServerApp.root_dir=notebooks \\
+\t\t$(BIN)/jupyter lab $(ALLOW_ROOT) --ServerApp.root_dir=work \\
 \t\t'--LabApp.default_url=$(LAB_HOME)' --ServerApp.custom_display_url=/ $(LAB_ARGS)
 """
 
 _INSTALL_SOURCE = re.compile(r"git\+https://github\.com/[\w.-]+/[\w.-]+@[\w./-]+")
 """The default of the setup cell's ENCODER_LIB_SOURCE: where Colab installs encoder_lib from."""
 
-STUDENT_GITIGNORE = ".venv/\n__pycache__/\n*.egg-info/\n.ipynb_checkpoints/\n"
+STUDENT_GITIGNORE = ".venv/\n__pycache__/\n*.egg-info/\n.ipynb_checkpoints/\n/work/\n"
 
 
 def _ignore(directory: str, names: list[str]) -> set[str]:
@@ -350,6 +358,9 @@ def build(out: Path, repo: str = PLACEHOLDER_REPO, branch: str = PLACEHOLDER_BRA
     first = released()[0]
     (out / "Makefile").write_text(STUDENT_MAKEFILE.format(index=TORCH_CPU_INDEX, first=first))
     (out / ".gitignore").write_text(STUDENT_GITIGNORE)
+    for path in STUDENT_TOOLS:
+        (out / path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / path, out / path)
     # The notebooks' Colab install line names the published repository (whatever it named).
     for notebook in (out / "notebooks").rglob("*.ipynb"):
         text = _INSTALL_SOURCE.sub(f"git+https://github.com/{repo}@{branch}", notebook.read_text())
@@ -413,7 +424,13 @@ def leaks(edition: Path) -> list[str]:
     package is published on purpose, and a few of its lines, such as ``return x``, coincide
     with an answer's)."""
     solution, hidden = secret_lines()
-    found = [f"{p}: instructor material" for p in INSTRUCTOR_PATHS if (edition / p).exists()]
+    shipped = {edition / p for p in STUDENT_TOOLS}
+    found = [
+        f"{p}: instructor material"
+        for p in INSTRUCTOR_PATHS
+        if (edition / p).is_file()
+        or any(f.is_file() and f not in shipped for f in (edition / p).rglob("*"))
+    ]
     for path in sorted(p for p in edition.rglob("*") if p.is_file()):
         rel = path.relative_to(edition)
         if path.name == "nbgrader_config.py" or path.name == "gradebook.db":

@@ -151,11 +151,16 @@ def _copy(root: Path, *names: str) -> None:
 @pytest.fixture(scope="session")
 def student_lab(tmp_path_factory):
     """What a student gets from `make lab`: the Makefile's own target, run in a scratch copy of
-    the repository's student side (Makefile, binder/, notebooks/)."""
+    the repository's student side (Makefile, binder/, notebooks/, tools/work_copy.py). It serves
+    work/, the copy of notebooks/ it makes on its first run."""
     root = tmp_path_factory.mktemp("student-lab")
     _copy(root, "Makefile", "requirements.txt", "pyproject.toml", "binder")
-    shutil.copytree(RELEASE, root / "notebooks")
-    yield from _make_server("lab", root, root / "notebooks")
+    (root / "tools").mkdir()
+    _copy(root, "tools/work_copy.py")
+    shutil.copytree(
+        RELEASE, root / "notebooks", ignore=shutil.ignore_patterns(".ipynb_checkpoints")
+    )
+    yield from _make_server("lab", root, root / "work")
 
 
 @pytest.fixture(scope="session")

@@ -436,7 +436,7 @@ _LISTED = "() => [...document.querySelectorAll('.jp-DirListing-itemText')].map(e
 
 
 def test_make_lab_opens_the_first_notebook_and_reaches_every_one(student_lab, browser, artifacts):
-    """`make lab` (run by the fixture): the server's root is notebooks/, its home page is the
+    """`make lab` (run by the fixture): the server's root is work/, its home page is the
     first notebook with the file browser at the root (every notebook's folder in view), every
     notebook is reachable, and none of nbgrader's instructor tools is there."""
     first = released()[0]
