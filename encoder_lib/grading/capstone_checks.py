@@ -169,6 +169,25 @@ def _mean_mistakes(h: torch.Tensor, keep: torch.Tensor) -> dict[str, torch.Tenso
             "number of real tokens in each sentence: short sentences get small vectors.",
         ): by_length,
     }
+    if h.shape[0] > 1:  # one sentence: its count is the batch's
+        count = keep.to(h.dtype)
+        mistakes[
+            Mistake(
+                "divides-by-batch-count",
+                "it divides every sentence's sum by the number of real tokens in the whole batch "
+                "(keep.sum() with no axis), not by that sentence's own count: each row must be "
+                "the mean of its own real positions, so count per sentence, over the positions "
+                "(dim=1), one count for each row.",
+            )
+        ] = total / count.sum()
+        mistakes[
+            Mistake(
+                "divides-by-mean-length",
+                "it divides every sentence's sum by the batch's mean number of real tokens, not "
+                "by that sentence's own count: a short sentence gets a small vector and a long "
+                "one a large one. Count the real tokens of each sentence (over dim=1).",
+            )
+        ] = total / count.sum(dim=1).mean()
     if h.shape[0] == 1 and h.shape[1] == h.shape[2]:
         along_d = keep[:, None, :].to(h.dtype)  # what h * keep broadcasts to when L = D
         mistakes[

@@ -66,6 +66,25 @@ _MEAN_BUGGY = [
         "without dividing",
     ),
     Variant(
+        "divided_by_batch_count",
+        MEAN,
+        _mean("    k = keep[:, :, None].to(h.dtype)\n    return (h * k).sum(dim=1) / k.sum()\n"),
+        (T_MEAN,),
+        "number of real tokens in the whole batch",
+        mistake="divides-by-batch-count",
+    ),
+    Variant(
+        "divided_by_mean_length",
+        MEAN,
+        _mean(
+            "    k = keep[:, :, None].to(h.dtype)\n"
+            "    return (h * k).sum(dim=1) / keep.sum(dim=1).to(h.dtype).mean()\n"
+        ),
+        (T_MEAN,),
+        "batch's mean number of real tokens",
+        mistake="divides-by-mean-length",
+    ),
+    Variant(
         "divided_by_length",
         MEAN,
         _mean("    return (h * keep[:, :, None]).sum(dim=1) / h.shape[1]\n"),
@@ -396,6 +415,25 @@ _CLASSIFIER_BUGGY = [
         _forward(_KEEP + _X + _H + "        return self.head(h.mean(dim=1))\n"),
         (T_CLASSIFIER,),
         "padding positions too",
+    ),
+    Variant(
+        "divided_by_batch_count",
+        MEAN,
+        _mean("    k = keep[:, :, None].to(h.dtype)\n    return (h * k).sum(dim=1) / k.sum()\n"),
+        (T_MEAN,),
+        "number of real tokens in the whole batch",
+        mistake="divides-by-batch-count",
+    ),
+    Variant(
+        "divided_by_mean_length",
+        MEAN,
+        _mean(
+            "    k = keep[:, :, None].to(h.dtype)\n"
+            "    return (h * k).sum(dim=1) / keep.sum(dim=1).to(h.dtype).mean()\n"
+        ),
+        (T_MEAN,),
+        "batch's mean number of real tokens",
+        mistake="divides-by-mean-length",
     ),
     Variant(
         "divided_by_length",
