@@ -5,14 +5,14 @@
   target padding when ``keep`` (B, L) is given) and calls ``attention(x, x, x, mask)``. Named: the
   mask on the wrong side of the diagonal, the diagonal left out, the polarity reversed, no mask;
   with padding: the padding ignored, the causal part dropped, ``|`` for ``&``, the padding mask
-  applied to the queries or reversed. A probe changes the last position and looks for a change
-  in the earlier outputs (the future leaking in).
+  applied to the queries, reversed or missing its head axis. A probe changes the last position
+  and looks for a change in the earlier outputs (the future leaking in).
 - ``check_cross_attention(fn)``, exercise (b): ``cross_attention(x, memory, attention,
   memory_keep=None)``: queries from the decoder ``(B, L_tgt, D)``, keys and values from the
   encoder's output ``(B, L_src, D)``, the source padding mask ``(B, 1, 1, L_src)``. Named: keys
   and values taken from the decoder, values from the decoder, queries from the memory, the
-  source mask ignored, reversed, applied to the queries or not reshaped, a causal mask added. A
-  probe changes the padded source positions.
+  source mask ignored, reversed, applied to the queries, not reshaped or missing its head axis,
+  a causal mask added. A probe changes the padded source positions.
 - ``check_decoder_layer(DecoderLayer)``, exercise (c): ``forward(x, memory, tgt_mask=None,
   memory_mask=None)``, post-norm and pre-norm, compared with ``encoder_lib.DecoderLayer`` in eval
   and training mode. Named: the norm in the wrong place (norm_first ignored, norm inside the
@@ -25,7 +25,8 @@
   prediction depending on everything fed so far). Named: the whole target fed at once, the
   first position read instead of the last, predictions not fed back, only the last token fed,
   no padding after ``<end>``, ``<end>`` itself replaced, stopping when the first sequence ends,
-  the ids hard-coded.
+  a finished sequence that starts again, a token drawn (sampled) instead of the argmax, the
+  ids hard-coded.
 
 ``nn.TransformerDecoderLayer``, ``nn.TransformerDecoder``, ``encoder_lib.DecoderLayer``,
 ``encoder_lib.TransformerDecoder`` and ``F.multi_head_attention_forward`` are forbidden in (a),
@@ -38,6 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -148,6 +150,29 @@ _COMBINE_HINT = (
 )
 
 
+def _no_head_axis(what: str, rows: bool = False) -> Mistake:
+    also = ", and its padding runs along the queries (the rows) instead of the keys" if rows else ""
+    return Mistake(
+        "mask-without-head-axis",
+        f"{what} has three axes, with no axis for the heads{also}: the scores are "
+        "(B, H, L_q, L_k), and broadcasting lines shapes up from the right, so a three-axis "
+        "mask meets them as (1, B, ..., ...): its batch axis lands on the heads' axis, and "
+        "each head gets another sentence's padding (or the shapes do not fit at all). Give "
+        "the padding mask one axis for the heads and one for the queries, (B, 1, 1, L_k), so "
+        "that its L axis lines up with the keys (the columns).",
+    )
+
+
+def _fits(mask_shape: tuple[int, ...], scores: tuple[int, ...]) -> bool:
+    try:
+        return torch.broadcast_shapes(mask_shape, scores) == scores
+    except RuntimeError:
+        return False
+
+
+_THREE_AXES = re.compile(r"got shape \(\d+, \d+, \d+\)")
+
+
 def _causal_mistakes(ref, x, keep) -> dict[str, Any]:
     L = x.shape[1]
     ones = torch.ones(L, L, dtype=torch.bool)
@@ -224,6 +249,11 @@ def _causal_mistakes(ref, x, keep) -> dict[str, Any]:
                 "attend), so use it as it is, with no ~.",
             ): attend(causal & ~pad),
         }
+        B, H = x.shape[0], ref.num_heads
+        for rows, three in ((False, keep[:, None, :]), (True, keep[:, :, None])):  # no head axis
+            mask = causal & three  # (B, L, L)
+            if _fits(tuple(mask.shape), (B, H, L, L)):
+                entries[_no_head_axis("the padding mask", rows)] = attend(mask)
     return _layers.evaluate(entries)
 
 
@@ -234,6 +264,8 @@ def _causal_self_attention(x, attention, keep=None):
 
 
 def _causal_hint(failure: Failure) -> str | None:
+    if _THREE_AXES.search(failure.message):
+        return _no_head_axis("The mask")
     if "must broadcast" in failure.message or "must match the size" in failure.message:
         return Mistake(
             "mask-does-not-broadcast",
@@ -377,6 +409,10 @@ def _cross_mistakes(ref, x, memory, keep) -> dict[str, Any]:
                 "Use only the source padding mask.",
             ): attend(x, memory, memory, pad & torch.ones(L_tgt, L_src, dtype=torch.bool).tril()),
         }
+        B, H = x.shape[0], ref.num_heads
+        for rows, three in ((False, keep[:, None, :]), (True, keep[:, :, None])):  # no head axis
+            if _fits(tuple(three.shape), (B, H, L_tgt, L_src)):
+                entries[_no_head_axis("the source mask", rows)] = attend(x, memory, memory, three)
     return _layers.evaluate(entries)
 
 
@@ -402,6 +438,8 @@ def _cross_hint(B: int, L_src: int, failure: Failure) -> str | None:
             f"{scores}: (B, 1, L_src, 1) would mask target positions (the queries, the "
             "rows). The source padding masks keys (the columns): (B, 1, 1, L_src).",
         )
+    if _THREE_AXES.search(text):
+        return _no_head_axis("The mask")
     if "must broadcast" in text or "must match the size" in text:
         return Mistake(
             "keys-values-from-decoder",
@@ -933,6 +971,37 @@ def _decode_mistakes(model, src, max_len, start, end, pad, defaults: bool) -> di
     return m
 
 
+def _loop_problem(got: Any, model, src, start: int, end: int, pad: int) -> Mistake | None:
+    """What the loop did, read from its output: a finished sequence that starts again, or a
+    first token that is not the model's most likely one (its input, <start>, was right)."""
+    if not isinstance(got, torch.Tensor) or got.dim() != 2 or got.shape[0] != src.shape[0]:
+        return None
+    if got.dtype not in (torch.int64, torch.int32) or got.shape[1] < 1:
+        return None
+    for row in got:
+        ends = (row == end).nonzero()
+        tail = row[int(ends[0]) + 1 :] if len(ends) else row[:0]  # after the first <end>
+        pads = (tail == pad).nonzero()
+        if len(pads) and bool((tail[int(pads[0]) :] != pad).any()):
+            return Mistake(
+                "finished-sequence-restarts",
+                "a sequence that has produced end_id starts again: after <end> and some "
+                "padding, its row holds real tokens once more. Whether a sequence has "
+                "finished must be remembered from step to step (once finished, always "
+                "finished), not worked out again from the last token alone.",
+            )
+    first = model(src, torch.full((src.shape[0], 1), start))[:, -1].argmax(dim=-1)  # (B,)
+    if not bool((got[:, 0] == first).all()):
+        return Mistake(
+            "not-argmax",
+            "already the first token is not the model's most likely one, although its input "
+            "(<start> alone) was right: a greedy decoder takes the argmax of the last "
+            "position's logits at every step. Drawing from the probabilities (sampling) makes "
+            "another decoder, whose output changes from run to run.",
+        )
+    return None
+
+
 def _decode_hint(failure: Failure) -> str | None:
     if "has no attribute" in failure.message:
         return Mistake(
@@ -972,6 +1041,9 @@ def _decode_case(B, max_len, lengths, seed, ids=(1, 2, 0), V=13) -> Case:
         if count == 1 and max_len > 1:
             return _WHOLE
         got = obs.value
+        loop = _loop_problem(got, model, src, start, end, pad)
+        if loop is not None:
+            return loop
         if isinstance(got, torch.Tensor) and bool((got[:, 0] == expected[:, 0]).all()):
             return Mistake(
                 "not-fed-back",

@@ -158,6 +158,45 @@ _PRE = """            x = x + self.sa(self.norm1(x), tgt_mask)
 
 _CAUSAL_BUGGY = [
     Variant(
+        "causal_padding_on_query_rows",
+        CAUSAL,
+        _causal("""    L = x.shape[1]
+    mask = torch.ones(L, L, dtype=torch.bool).tril()
+    if keep is not None:
+        mask = mask & keep[:, None, :, None]
+    return attention(x, x, x, mask)
+"""),
+        (T_CAUSAL,),
+        "applied to the queries",
+        mistake="padding-masks-queries",
+    ),
+    Variant(
+        "causal_padding_on_query_rows_no_head_axis",
+        CAUSAL,
+        _causal("""    L = x.shape[1]
+    mask = torch.ones(L, L, dtype=torch.bool).tril()
+    if keep is not None:
+        mask = mask & keep[:, :, None]
+    return attention(x, x, x, mask)
+"""),
+        (T_CAUSAL,),
+        "no axis for the heads",
+        mistake="mask-without-head-axis",
+    ),
+    Variant(
+        "causal_padding_without_head_axis",
+        CAUSAL,
+        _causal("""    L = x.shape[1]
+    mask = torch.ones(L, L, dtype=torch.bool).tril()
+    if keep is not None:
+        mask = mask & keep[:, None, :]
+    return attention(x, x, x, mask)
+"""),
+        (T_CAUSAL,),
+        "no axis for the heads",
+        mistake="mask-without-head-axis",
+    ),
+    Variant(
         "causal_triu",
         CAUSAL,
         _causal("""    L = x.shape[1]
@@ -399,6 +438,26 @@ _CAUSAL_CORRECT = [
 # --- (b) cross-attention -------------------------------------------------------------------------
 
 _CROSS_BUGGY = [
+    Variant(
+        "cross_source_mask_without_head_axis",
+        CROSS,
+        _cross("""    mask = None if memory_keep is None else memory_keep[:, None, :]
+    return attention(x, memory, memory, mask)
+"""),
+        (T_CROSS,),
+        "no axis for the heads",
+        mistake="mask-without-head-axis",
+    ),
+    Variant(
+        "cross_source_mask_on_query_rows_no_head_axis",
+        CROSS,
+        _cross("""    mask = None if memory_keep is None else memory_keep[:, :, None]
+    return attention(x, memory, memory, mask)
+"""),
+        (T_CROSS,),
+        "no axis for the heads",
+        mistake="mask-without-head-axis",
+    ),
     Variant(
         "cross_keys_and_values_from_decoder",
         CROSS,
@@ -1130,6 +1189,41 @@ _LAYER_CORRECT = [
 # --- (d) greedy decoding -------------------------------------------------------------------------
 
 _GREEDY_BUGGY = [
+    Variant(
+        "greedy_samples",
+        GREEDY,
+        _greedy("""    B = src.shape[0]
+    out = torch.full((B, 1), start_id)
+    finished = torch.zeros(B, dtype=torch.bool)
+    for _ in range(max_len):
+        probs = model(src, out)[:, -1].softmax(dim=-1)
+        token = torch.multinomial(probs, 1)[:, 0]  # draw the next token
+        token = token.masked_fill(finished, pad_id)
+        out = torch.cat([out, token[:, None]], dim=1)
+        finished |= token == end_id
+    return out[:, 1:]
+"""),
+        (T_GREEDY,),
+        "Drawing from the probabilities (sampling)",
+        mistake="not-argmax",
+    ),
+    Variant(
+        "greedy_finished_forgotten",
+        GREEDY,
+        _greedy("""    B = src.shape[0]
+    out = torch.full((B, 1), start_id)
+    finished = torch.zeros(B, dtype=torch.bool)
+    for _ in range(max_len):
+        token = model(src, out)[:, -1].argmax(dim=-1)
+        token = token.masked_fill(finished, pad_id)
+        out = torch.cat([out, token[:, None]], dim=1)
+        finished = token == end_id  # only the last token
+    return out[:, 1:]
+"""),
+        (T_GREEDY,),
+        "starts again",
+        mistake="finished-sequence-restarts",
+    ),
     Variant(
         "greedy_whole_target_at_once",
         GREEDY,
