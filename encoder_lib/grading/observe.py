@@ -32,10 +32,13 @@ import inspect
 import linecache
 import math
 import os
+import re
 import sys
+import threading
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
 import torch
@@ -51,6 +54,11 @@ __all__ = [
     "Unfit",
     "Forbidden",
     "FORBIDDEN",
+    "COURSE_WIDE",
+    "Expanded",
+    "rules",
+    "expanded",
+    "source_refusal",
     "PARTS",
     "PREPARE",
     "SCENARIOS",
@@ -201,6 +209,212 @@ class Forbidden:
 FORBIDDEN: dict[str, Forbidden] = {}
 """Exercise name -> its forbidden built-ins; each topic module registers its own."""
 
+
+COURSE_WIDE: dict[str, tuple[str, ...]] = {
+    "masked_mean": ("encoder_lib.minilm:mean_pool",),
+    "sentiment_classifier": ("encoder_lib.pretraining:PooledClassifier",),
+    "train_step": ("encoder_lib.pretraining:fine_tune", "encoder_lib.pretraining:pretrain"),
+}
+"""For an exercise without a ``FORBIDDEN`` list: ``encoder_lib``'s code that already does the
+thing being written under another name (``"module:qualname"``). ``rules`` adds every
+``encoder_lib`` function or class named like the exercise (``masked_mean``, ``split_heads``...)
+and the exercise's ``reference`` when it is ``encoder_lib``'s."""
+
+
+def rules(exercise: str) -> Forbidden:
+    """The built-ins ``exercise`` forbids: its own list, or the course-wide one (``COURSE_WIDE``
+    and ``encoder_lib``'s functions and classes named like it). The grader's own code and
+    ``encoder_lib``'s private names are refused everywhere by the source rules
+    (``source_rules``)."""
+    own = FORBIDDEN.get(exercise)
+    return own if own is not None else _course_wide(exercise)
+
+
+@cache
+def _course_wide(exercise: str) -> Forbidden:
+    runner = sys.modules.get("encoder_lib.grading.runner")
+    known = [e for e in getattr(runner, "EXERCISES", {}).values() if e.name == exercise]
+    wanted = {_plain(exercise), *(_plain(e.target) for e in known)}
+    found: dict[Any, str] = {}
+    for where in COURSE_WIDE.get(exercise, ()):
+        module, _, qualname = where.partition(":")
+        try:
+            obj: Any = importlib.import_module(module)
+            for part in qualname.split("."):
+                obj = getattr(obj, part)
+        except (ImportError, AttributeError):
+            continue
+        found[obj] = f"{module}.{qualname}"
+    for name, module in list(sys.modules.items()):
+        if not _library_module(name) or module is None:
+            continue
+        for obj in list(vars(module).values()):
+            if (
+                (inspect.isfunction(obj) or inspect.isclass(obj))
+                and _library_module(getattr(obj, "__module__", "") or "")
+                and _plain(getattr(obj, "__name__", "")) in wanted
+            ):
+                found[obj] = f"{obj.__module__}.{obj.__qualname__}"
+    for e in known:
+        ref = e.reference
+        if ref is not None and _library_module(getattr(ref, "__module__", "") or ""):
+            found[ref] = f"{ref.__module__}.{ref.__qualname__}"
+    return Forbidden(python=found)
+
+
+def _plain(name: str) -> str:
+    return name.replace("_", "").lower()
+
+
+def _library_module(name: str) -> bool:
+    """``encoder_lib``'s own modules, not the grader's."""
+    return (name == "encoder_lib" or name.startswith("encoder_lib.")) and not name.startswith(
+        ("encoder_lib.grading", "encoder_lib.autograde")
+    )
+
+
+@dataclass(frozen=True)
+class Expanded:
+    """A ``Forbidden`` list with every form of each forbidden torch function: the function, its
+    other Python bindings (``torch.<op>``, ``torch._C._nn.<op>``, the Tensor method), the
+    ``torch.ops.aten`` operators that compute it (packets and overloads, by name), and, for the
+    source rules, the ``torch.nn`` modules whose ``forward`` calls it."""
+
+    ids: Mapping[int, str]
+    """id of a forbidden object (any form) -> its name in messages."""
+    aten: Mapping[str, str]
+    """``aten::<op>`` (no overload) -> the name in messages."""
+    methods: Mapping[str, str]
+    """Tensor method name -> the name in messages."""
+    by_name: Mapping[str, str]
+    keep: tuple[Any, ...] = ()
+    """The objects of ``ids``, kept alive so that their ids stay theirs."""
+
+    def name_of(self, obj: Any) -> str | None:
+        name = self.ids.get(id(obj))
+        if name is None:
+            op = _op_name(obj)
+            name = self.aten.get(op) if op else None
+        if name is None and getattr(obj, "__objclass__", None) is torch._C.TensorBase:
+            name = self.methods.get(getattr(obj, "__name__", ""))
+        return name
+
+
+_EXPANDED: dict[tuple[int, bool], tuple[Forbidden, Expanded]] = {}
+
+
+def expanded(forbidden: Forbidden, modules: bool = True) -> Expanded:
+    """Every form of ``forbidden``'s built-ins (``Expanded``); ``modules``: also the ``torch.nn``
+    module classes that call a forbidden function (the source rules need them; the kernel's
+    trap sees the call inside the module)."""
+    key = (id(forbidden), modules)
+    hit = _EXPANDED.get(key)
+    if hit is not None and hit[0] is forbidden:
+        return hit[1]
+    objects: dict[Any, str] = {**forbidden.python, **forbidden.torch}
+    aten: dict[str, str] = {}
+    methods: dict[str, str] = {}
+    for fn, name in forbidden.torch.items():
+        base = _base(_op_name(fn) or getattr(fn, "__name__", "") or "")
+        if len(base) < 4:
+            continue
+        ops = {n for n in _aten_ops() if base in _normalised(n)} | {base}
+        for op in ops:
+            aten.setdefault(f"aten::{op}", name)
+            for plain in (op, op + "_"):
+                for owner in _BINDINGS:
+                    obj = getattr(owner, plain, None)
+                    if obj is not None and callable(obj):
+                        objects.setdefault(obj, name)
+                if callable(getattr(torch.Tensor, plain, None)):
+                    methods.setdefault(plain, name)
+        for plain in (getattr(fn, "__name__", ""),):
+            if plain and callable(getattr(torch.Tensor, plain, None)):
+                methods.setdefault(plain, name)
+    if modules:
+        called: dict[str, str] = {}
+        for fn, name in forbidden.torch.items():
+            called.setdefault(getattr(fn, "__name__", ""), name)
+        for cls in _nn_modules():
+            names = list(dict.fromkeys(called[n] for n in sorted(_calls(cls)) if n in called))
+            if names and cls not in objects:
+                alone = len(names) == 1 and f"nn.{cls.__name__}" in names[0]
+                said = f"nn.{cls.__name__} (it calls {' and '.join(names)})"
+                objects[cls] = names[0] if alone else said
+    result = Expanded(
+        ids={id(o): n for o, n in objects.items()},
+        aten=aten,
+        methods=methods,
+        by_name=dict(forbidden.by_name),
+        keep=tuple(objects),
+    )
+    _EXPANDED[key] = (forbidden, result)
+    return result
+
+
+_BINDINGS = (torch, torch.nn.functional, torch._C._nn, torch._C._VariableFunctions, torch.special)
+
+
+def _op_name(obj: Any) -> str | None:
+    """``"aten::gelu"`` for ``torch.ops.aten.gelu`` and ``torch.ops.aten.gelu.default``."""
+    if isinstance(obj, torch._ops.OpOverloadPacket):
+        return obj._qualified_op_name
+    if isinstance(obj, torch._ops.OpOverload):
+        return obj._schema.name
+    return None
+
+
+def _base(name: str) -> str:
+    """What a function computes, from its name: ``"aten::native_layer_norm"`` and
+    ``"layer_norm"`` -> ``"layer_norm"``, ``"multi_head_attention_forward"`` ->
+    ``"multi_head_attention"``."""
+    name = _normalised(name.rpartition("::")[2].partition(".")[0])
+    for suffix in ("_forward", "_fwd"):
+        name = name.removesuffix(suffix)
+    return name
+
+
+def _normalised(op: str) -> str:
+    op = op.lstrip("_")
+    return op.removeprefix("native_").lstrip("_")
+
+
+@cache
+def _aten_ops() -> frozenset[str]:
+    """Every ``aten`` operator's name, without its overload."""
+    return frozenset(
+        n[len("aten::") :].partition(".")[0]
+        for n in torch._C._dispatch_get_all_op_names()
+        if n.startswith("aten::")
+    )
+
+
+def _nn_modules() -> list[type]:
+    return [o for o in vars(nn).values() if inspect.isclass(o) and issubclass(o, nn.Module)]
+
+
+@cache
+def _calls(cls: type) -> frozenset[str]:
+    """The torch functions a ``torch.nn`` module's ``forward`` calls (``F.<name>(`` or
+    ``torch.<name>(`` in its source), and those of the ``torch.nn`` modules its ``__init__``
+    builds (``MultiheadAttention(`` inside ``TransformerEncoderLayer``)."""
+    found: set[str] = set()
+    for method, pattern in (("forward", r"(?:F|torch)\.(\w+)\("), ("__init__", r"(\w+)\(")):
+        fn = vars(cls).get(method)
+        try:
+            source = inspect.getsource(fn) if fn is not None else ""
+        except (OSError, TypeError):
+            continue
+        for name in re.findall(pattern, source):
+            if method == "forward":
+                found.add(name)
+                continue
+            sub = getattr(nn, name, None)
+            if inspect.isclass(sub) and issubclass(sub, nn.Module) and sub is not cls:
+                found |= _calls(sub)
+    return frozenset(found)
+
+
 PARTS: dict[str, Callable[[Part], Callable[..., Any]]] = {}
 """Part kind -> a builder of the callable (topic modules register theirs)."""
 
@@ -263,18 +477,24 @@ def deterministic_dropout(x: torch.Tensor, p: float, training: bool = True) -> t
 
 
 class _StudentMode(TorchFunctionMode):
-    """Trap forbidden torch functions; make dropout deterministic."""
+    """Trap forbidden torch functions (in every form: ``Expanded``); make dropout
+    deterministic. Only while ``watch.active``: a mode left on a thread the answer started
+    (``student_mode``) lets everything through once the call is over."""
 
-    def __init__(self, forbidden: Mapping[Any, str]):
+    def __init__(self, forbidden: Expanded, watch: _Watch):
         super().__init__()
-        self.forbidden = {id(f): name for f, name in forbidden.items()}
+        self.forbidden = forbidden
+        self.watch = watch
         self.violation: str | None = None
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        name = self.forbidden.get(id(func))
+        if not self.watch.active:
+            return func(*args, **kwargs)
+        name = self.forbidden.name_of(func)
         if name is not None:
             self.violation = self.violation or name
+            self.watch.seen.append(name)
             raise _ForbiddenCallError(name)
         if func in _DROPOUT:
             x, p, training = _dropout_arguments(func, args, kwargs)
@@ -282,6 +502,54 @@ class _StudentMode(TorchFunctionMode):
         if func is F.scaled_dot_product_attention:
             return _attention(func, args, kwargs)
         return func(*args, **kwargs)
+
+
+@dataclass
+class _Watch:
+    """What ``student_mode`` watches with, shared by the threads the answer starts."""
+
+    forbidden: Expanded
+    codes: dict[Any, str]
+    seen: list[str]
+    active: bool = True
+    threads: set[int] = field(default_factory=set)
+
+    def profiler(self, frame, event, arg):
+        if self.active and event == "call" and frame.f_code in self.codes:
+            self.seen.append(self.codes[frame.f_code])
+
+    def new_thread(self, frame, event, arg):
+        """``threading.setprofile``'s hook: the first thing a thread started while the answer
+        runs does is install the same watch (the profile hook and the trap) on itself."""
+        ident = threading.get_ident()
+        if ident not in self.threads:
+            self.threads.add(ident)
+            sys.setprofile(self.profiler if self.codes else None)
+            _StudentMode(self.forbidden, self).__enter__()  # left on: inert once inactive
+        return self.profiler(frame, event, arg)
+
+
+_SETUP_THREADS: set[int] = {t.ident for t in threading.enumerate() if t.ident is not None}
+"""The threads alive when the grader was imported (the setup cell): the kernel's own."""
+
+_QUIET_THREADS = ("tqdm", "IPython", "ipykernel", "jupyter_client", "zmq", "comm", "ipywidgets")
+"""Modules whose threads run no student code (tqdm's monitor, IPython's history saver...)."""
+
+
+def _notebook_threads() -> list[str]:
+    """Threads started after the setup cell by the notebook's code, still alive: the watch,
+    installed on the thread that calls the answer (and on the threads it starts), cannot see
+    what they run."""
+    current = threading.current_thread()
+    return [
+        t.name
+        for t in threading.enumerate()
+        if t is not current
+        and t.ident not in _SETUP_THREADS
+        and not isinstance(t, threading._DummyThread | threading._MainThread)
+        and not type(t).__module__.startswith(_QUIET_THREADS)
+        and not getattr(getattr(t, "_target", None), "__module__", "").startswith(_QUIET_THREADS)
+    ]
 
 
 def _attention(func: Any, args: tuple, kwargs: dict) -> torch.Tensor:
@@ -326,39 +594,53 @@ class _ForbiddenCallError(Exception):
 
 @contextlib.contextmanager
 def student_mode(exercise: str, seed: int = 0) -> Iterator[list[str]]:
-    """Run student code with ``exercise``'s built-ins trapped, dropout deterministic and torch's
-    generator seeded with ``seed`` (restored afterwards); yields the list of forbidden built-ins
-    seen (empty when all is well)."""
-    forbidden = FORBIDDEN.get(exercise, Forbidden())
+    """Run student code with ``exercise``'s built-ins trapped (``rules``, in every form),
+    dropout deterministic and torch's generator seeded with ``seed`` (restored afterwards);
+    yields the list of forbidden built-ins seen (empty when all is well).
+
+    The trap is a torch function mode and a profile hook, which are per thread: both are also
+    installed on every thread started while the answer runs (``threading.setprofile``), and a
+    thread the notebook started earlier, which neither could see, counts as a violation."""
+    forbidden = rules(exercise)
     codes: dict[Any, str] = {}
     for obj, name in forbidden.resolved().items():
         for fn in _functions_of(obj):
             codes[fn.__code__] = name
     seen: list[str] = []
-
-    def profiler(frame, event, arg):
-        if event == "call" and frame.f_code in codes:
-            seen.append(codes[frame.f_code])
-
-    mode = _StudentMode(forbidden.torch)
+    others = _notebook_threads()
+    if others:
+        seen.append(OTHER_THREADS.format(names=", ".join(sorted(others))))
+    watch = _Watch(expanded(forbidden, modules=False), codes, seen)
+    mode = _StudentMode(watch.forbidden, watch)
     threads = torch.get_num_threads()
     previous = sys.getprofile()
+    previous_threads = getattr(threading, "_profile_hook", None)
     torch.set_num_threads(1)
     try:
         with warnings.catch_warnings(), torch.random.fork_rng(devices=[]), mode:
             torch.manual_seed(seed)
             warnings.simplefilter("ignore")
+            threading.setprofile(watch.new_thread)
             if codes:
-                sys.setprofile(profiler)
+                sys.setprofile(watch.profiler)
             try:
                 yield seen
             finally:
+                watch.active = False
+                threading.setprofile(previous_threads)
                 if codes:
                     _restore_profile(previous)
     finally:
+        watch.active = False
         torch.set_num_threads(threads)
         if mode.violation and mode.violation not in seen:
             seen.insert(0, mode.violation)
+
+
+OTHER_THREADS = (
+    "code in another thread ({names}), started by the notebook's code, which the grader cannot "
+    "watch"
+)
 
 
 def _functions_of(obj: Any) -> list[Any]:
@@ -426,12 +708,93 @@ def _failure(error: BaseException, phase: str, seen: list[str]) -> Failure:
     where, function = _student_frame(error)
     if seen or isinstance(error, _ForbiddenCallError):
         name = seen[0] if seen else error.name  # type: ignore[attr-defined]
-        return Failure("forbidden", name, "", phase, where, function)
+        return seen_failure(name, phase, where, function)
     # the given stub is `raise NotImplementedError()`: one raised with a message is the
     # student's own exception, reported as any other
     stub = isinstance(error, NotImplementedError) and not str(error)
     kind = "stub" if stub else "error"
     return Failure(kind, type(error).__name__, str(error), phase, where, function)
+
+
+def seen_failure(
+    name: str, phase: str, where: str | None = None, function: str | None = None
+) -> Failure:
+    """The failure for the first thing the watch saw: a forbidden built-in, or code in a
+    thread it cannot watch (kind ``"rule"``, id ``authorship-thread``)."""
+    if name.startswith(OTHER_THREADS.partition("(")[0]):
+        message = (
+            f"while the answer ran there was {name}, so this exercise earns no points. Answers "
+            "run in the thread that calls them: take the threads out of the notebook."
+        )
+        return Failure("rule", "authorship-thread", message, phase, where, function)
+    return Failure("forbidden", name, "", phase, where, function)
+
+
+# --- the source rules, in the kernel -------------------------------------------------------------
+
+_REFUSALS: dict[tuple[str, str], Failure | None] = {}
+
+
+def source_refusal(target: Any, exercise: str) -> Failure | None:
+    """The source rules (``source_rules``) on the notebook cells that define ``target``, as the
+    judge applies them to the submitted notebook at autograde: the visible check refuses what
+    autograde would, naming the construct and its line. None: no rule broken, or no source to
+    read (code not from a notebook cell)."""
+    from . import source_rules  # it imports this module
+
+    files = []
+    for fn in _functions_of(target):
+        filename = fn.__code__.co_filename
+        if filename not in files and _is_notebook_code(filename):
+            files.append(filename)
+    for filename in files:
+        key = (filename, exercise)
+        if key not in _REFUSALS:
+            source = "".join(linecache.getlines(filename))
+            tree = source_rules.parse(source)
+            names = {**_global_aliases(target), **source_rules.aliases([tree])}
+            found = (
+                source_rules.cell_breaches(_cell_name(filename), source, names, rules(exercise))
+                if source
+                else []
+            )
+            _REFUSALS[key] = _refusal_failure(found[0]) if found else None
+        if _REFUSALS[key] is not None:
+            return _REFUSALS[key]
+    return None
+
+
+def _refusal_failure(breach: Any) -> Failure:
+    from . import source_rules
+
+    where = f"{breach.cell}, line {breach.line}: {breach.construct}"
+    if breach.own:
+        return Failure("forbidden", breach.rule, "", "call", where)
+    return Failure("rule", breach.mistake, source_rules.said(breach), "call", where)
+
+
+def _global_aliases(target: Any) -> dict[str, str]:
+    """What the names of the notebook's namespace are, as dotted names: modules by their name,
+    library functions and classes by module and qualified name."""
+    namespace = namespace_of(target) or {}
+    names: dict[str, str] = {}
+    for key, value in list(namespace.items()):
+        if key.startswith("__") or not isinstance(key, str):
+            continue
+        if inspect.ismodule(value):
+            names[key] = value.__name__
+            continue
+        module = getattr(value, "__module__", None)
+        qualname = getattr(value, "__qualname__", None) or getattr(value, "__name__", None)
+        if (
+            isinstance(module, str)
+            and isinstance(qualname, str)
+            and module in sys.modules
+            and module != "__main__"
+            and (callable(value))
+        ):
+            names[key] = f"{module}.{qualname}"
+    return names
 
 
 # --- observing a call ----------------------------------------------------------------------------
@@ -441,6 +804,13 @@ def observe(lookup: Callable[[str], Any], call: Call) -> Observation:
     """Run ``call`` with ``lookup(name)`` giving the notebook's objects; never raises for
     anything the student's code does."""
     scenario = SCENARIOS[call.scenario]
+    try:
+        target = lookup(call.target)
+    except Exception:  # not defined: the scenario says so
+        target = None
+    refused = source_refusal(target, call.exercise) if target is not None else None
+    if refused is not None:
+        return Observation(failure=refused)
     try:
         return scenario(lookup, call)
     except _MissingError as e:
@@ -629,7 +999,7 @@ def _run_target(target: Any, call: Call, obs: Observation) -> Observation:
         except Exception as error:  # anything the student's code raised is observed, not raised
             obs.failure = _failure(error, phase, seen)
         if seen and obs.failure is None:
-            obs.failure = Failure("forbidden", seen[0], "", phase)
+            obs.failure = seen_failure(seen[0], phase)
     obs.after = {name: t.detach().clone() for name, t in inputs.items()}
     if counted:
         obs.info["parts"] = [part.calls for part in counted]

@@ -79,7 +79,7 @@ def run(lookup: Callable[[str], Any], call: Call) -> Observation:
         except Exception as error:  # anything the student's code raised is observed
             obs.failure = observe._failure(error, phase, seen)
         if seen and obs.failure is None:
-            obs.failure = Failure("forbidden", seen[0], "", phase)
+            obs.failure = observe.seen_failure(seen[0], phase)
     obs.info["dropout"] = record
     # The student's code got JAX copies: nothing it does can change the tensors it was sent.
     obs.after = {n: t.clone() for n, t in observe.named_tensors(call.args, call.kwargs).items()}

@@ -70,6 +70,7 @@ from .observe import (
     tensors_of,
 )
 from .observe import FORBIDDEN as FORBIDDEN_CALLS
+from .source_rules import MISTAKES as RULE_MISTAKES
 
 __all__ = [
     "Ask",
@@ -161,8 +162,7 @@ STEP_MISTAKES: dict[str, str] = {
     "not-defined": "the name the exercise asks for is not defined",
     "missing-part": "the module lacks a part the given __init__ creates (a layer, forward)",
     "forbidden-built-in": "calls the built-in the exercise asks to write",
-    "authorship-rule": "an answer cell uses a construct that only gets around the rules (sys, "
-    "gc, exec, __code__, torch._C, the grader's modules...), read from its source at autograde",
+    **RULE_MISTAKES,  # the source rules' families (source_rules.MISTAKES)
     "exception": "the code raised an exception",
     "time-limit": "ran past the time limit",
     "kernel-died": "the kernel died",
@@ -828,6 +828,8 @@ def failure_error(case: Case, failure: Failure) -> GradingError:
         if own:
             return NotWrittenYet(NOT_WRITTEN.format(name=target), mistake="not-written")
         return NotWrittenYet(CALLS_STUB.format(name=failure.function), mistake="calls-unwritten")
+    if failure.kind == "rule":  # a source rule or the threads rule (observe.source_refusal)
+        return GradingError(failure.message, where=failure.where, mistake=failure.error)
     if failure.kind == "forbidden":
         return ForbiddenCallError(
             FORBIDDEN.format(who=who, name=failure.error), mistake="forbidden-built-in"

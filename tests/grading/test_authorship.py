@@ -125,8 +125,55 @@ EVASIONS = {
     "import types\nf = types.FunctionType": "import types",
     "torch.allclose = lambda *a, **k: True": "torch.allclose = ...",
     "F.softmax = print": "F.softmax = ...",
+    # issue 37: reflection, threads, serialisation, registries, rebuilt functions, the grader
+    "f = getattr(F, 'soft' + 'max')": ("getattr() with a computed name", "authorship-reflection"),
+    "import operator\nf = operator.attrgetter('nn.functional.layer_norm')(torch)": (
+        "operator.attrgetter",
+        "authorship-reflection",
+    ),
+    "from operator import methodcaller": (
+        "from operator import methodcaller",
+        "authorship-reflection",
+    ),
+    "import pickle": ("import pickle", "authorship-serialisation"),
+    "import marshal as m": ("import marshal as m", "authorship-serialisation"),
+    "import copyreg": ("import copyreg", "authorship-serialisation"),
+    "import shelve": ("import shelve", "authorship-serialisation"),
+    "import dill": ("import dill", "authorship-serialisation"),
+    "m = torch.load('w.pt', weights_only=False)": ("torch.load", "authorship-serialisation"),
+    "import threading": ("import threading", "authorship-thread"),
+    "import _thread": ("import _thread", "authorship-thread"),
+    "from concurrent.futures import ThreadPoolExecutor": (
+        "from concurrent.futures import ThreadPoolExecutor",
+        "authorship-thread",
+    ),
+    "import multiprocessing.dummy": ("import multiprocessing.dummy", "authorship-thread"),
+    "import asyncio": ("import asyncio", "authorship-thread"),
+    "import os\npid = os.fork()": ("os.fork", "authorship-thread"),
+    "import os\nos.system('true')": ("os.system", "authorship-thread"),
+    "import os\nos.spawnv(os.P_WAIT, '/bin/true', ['true'])": ("os.spawnv", "authorship-thread"),
+    "fut = torch.jit.fork(torch.add, 1, 2)": ("torch.jit.fork", "authorship-thread"),
+    "T = type('T', (object,), {})": ("type(name, bases, dict)", "authorship-internals"),
+    "g = F.softmax.__globals__": (".__globals__", "authorship-internals"),
+    "c = (lambda: 0).__closure__": (".__closure__", "authorship-internals"),
+    "fr = (i for i in ()).gi_frame": (".gi_frame", "authorship-internals"),
+    "op = torch.ops.aten.add.Tensor": ("torch.ops.aten.add.Tensor", "authorship-registry"),
+    "from torch import ops": ("from torch import ops", "authorship-registry"),
+    "import torch._ops": ("import torch._ops", "authorship-registry"),
+    "o = getattr(torch, 'ops')": ("torch.ops", "authorship-registry"),
+    "c = getattr(getattr(torch, '_C'), '_nn')": ("torch._C._nn", "authorship-internals"),
+    "from encoder_lib.layer_norm import _helper": (
+        "from encoder_lib.layer_norm import _helper",
+        "authorship-private",
+    ),
+    "b = encoder_lib.encoder.EncoderLayer._sa_block": (
+        "encoder_lib.encoder.EncoderLayer._sa_block",
+        "authorship-private",
+    ),
+    "g = getattr(encoder_lib, 'grading')": ("encoder_lib.grading", "authorship-grader"),
 }
-"""Source put before a right answer of layer_norm -> what the refusal must name."""
+"""Source put before a right answer of layer_norm -> what the refusal must name (and, for
+the rules of issue 37, its mistake id)."""
 
 RIGHT_LAYER_NORM = (
     "def layer_norm(x, weight, bias, eps=1e-5):\n"
@@ -143,8 +190,10 @@ def test_each_evasion_is_named_here_and_costs_every_later_exercise(line):
     own, earlier = found["test_layer_norm"]
     assert own and not own[0].own
     error = A.refusal(runner.EXERCISES["test_layer_norm"], own, earlier)
-    assert error.mistake == "authorship-rule"
-    assert EVASIONS[line] in error.problem, error.problem
+    assert error.mistake in A.MISTAKES and error.mistake != "forbidden-built-in"
+    named, mistake = EVASIONS[line] if isinstance(EVASIONS[line], tuple) else (EVASIONS[line], "")
+    assert named in error.problem, error.problem
+    assert not mistake or error.mistake == mistake, (error.mistake, mistake)
     assert "'answer_layer_norm'" in error.problem
     later = [t for t in found if t != "test_layer_norm"]
     assert later, "the exercises graded after it are not refused"
