@@ -515,12 +515,12 @@ def _exercise(ex: Exercise) -> list[str]:
     judged, correct = len(ex.judged), len(ex.correct)
     parts = [
         f'<h3 id="{_e(ex.assignment)}-{_e(ex.test_cell)}">{_e(ex.title)} '
-        f"<small>(<code>{_e(ex.test_cell)}</code>, {ex.points:g} points)</small></h3>",
+        f"<small>(<code>{_e(ex.test_cell)}</code>, {_points(ex.points)})</small></h3>",
         f'<p class="share">{correct} of {judged} correct ({correct / judged:.0%}).',
     ]
     if ex.rooted:
         parts[-1] += (
-            f" {len(ex.rooted)} made a mistake that lives here; it cost {ex.lost:g} points in "
+            f" {len(ex.rooted)} made a mistake that lives here; it cost {_points(ex.lost)} in "
             "all, here and in the exercises that call this one."
         )
     parts[-1] += "</p>"
@@ -613,6 +613,11 @@ def _how() -> str:
         "(<code>exception</code>) are grouped by their message. The CSV beside this page has "
         "one row per student and test cell.</p>"
     )
+
+
+def _points(n: float) -> str:
+    """``"1 point"``, ``"0.5 points"``, ``"2 points"``."""
+    return f"{n:g} point" + ("" if n == 1 else "s")
 
 
 def _e(text: object) -> str:

@@ -54,7 +54,7 @@ from typing import Any
 import torch
 
 from . import locate as _locate
-from .feedback import ForbiddenCallError, GradingError, NotWrittenYet, remember
+from .feedback import ForbiddenCallError, GradingError, Mistake, NotWrittenYet, remember
 from .observe import (
     AFTER_CHECK,
     Call,
@@ -850,7 +850,9 @@ def failure_error(case: Case, failure: Failure) -> GradingError:
         )
     hint = case.failure_hint(failure) if case.failure_hint is not None else None
     text = f"{who} raised {failure.error}: {failure.message}".rstrip()
-    if hint:
+    if isinstance(hint, Mistake):  # a diagnosis: it leads, the exception says what happened
+        text = f"{hint[:1].upper()}{hint[1:]} ({text.rstrip('.')}.)"
+    elif hint:
         text = f"{text}{'' if text.endswith('.') else '.'} {hint}"
     return GradingError(
         text,
