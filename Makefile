@@ -8,6 +8,12 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# setuptools (shown by pip 26) prints a boxed "Editable installation" notice for `-e .` (in
+# requirements.txt): information only, that a folder named encoder_lib in the current directory
+# would be imported before the installed one. It is the same folder here; silenced, nothing else.
+comma := ,
+QUIET_SETUP := $(if $(PYTHONWARNINGS),$(PYTHONWARNINGS)$(comma))ignore:Editable installation:UserWarning
+$(STAMP): export PYTHONWARNINGS := $(QUIET_SETUP)
 # torch's CPU-only wheels; PyPI's Linux wheel brings ~3 GB of CUDA libraries instead.
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 # Jupyter refuses to start as root (containers, WSL, cloud machines) unless told it may.

@@ -302,6 +302,10 @@ ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
 .PHONY: setup lab
 
 setup: $(VENV)/.installed
+# pip 26 shows setuptools' boxed "Editable installation" notice for `-e .`: information only.
+comma := ,
+QUIET := $(if $(PYTHONWARNINGS),$(PYTHONWARNINGS)$(comma))ignore:Editable installation:UserWarning
+$(VENV)/.installed: export PYTHONWARNINGS := $(QUIET)
 
 $(VENV)/.installed: requirements.txt requirements-nodeps.txt pyproject.toml
 \t@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "Python 3.11 is required"'
