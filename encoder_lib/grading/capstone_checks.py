@@ -188,6 +188,19 @@ def _mean_mistakes(h: torch.Tensor, keep: torch.Tensor) -> dict[str, torch.Tenso
                 "one a large one. Count the real tokens of each sentence (over dim=1).",
             )
         ] = total / count.sum(dim=1).mean()
+    count = keep.sum(dim=1)
+    prefix = keep_first(count.tolist(), h.shape[1], extra_axes=0)
+    if not torch.equal(prefix, keep):  # real tokens not all first: a prefix is another mean
+        k = prefix[:, :, None].to(h.dtype)
+        mistakes[
+            Mistake(
+                "keep-read-as-lengths",
+                "it averages the first n positions of each sentence, n being its number of real "
+                "tokens: that assumes the real tokens come first. keep may mark any positions "
+                "(padding on the left, or anywhere): weight each position by keep itself instead "
+                "of turning it into a length.",
+            )
+        ] = (h * k).sum(dim=1) / count[:, None].to(h.dtype)
     if h.shape[0] == 1 and h.shape[1] == h.shape[2]:
         along_d = keep[:, None, :].to(h.dtype)  # what h * keep broadcasts to when L = D
         mistakes[

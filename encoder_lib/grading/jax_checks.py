@@ -87,9 +87,10 @@ for _name, _by_name in _JAX_ONLY.items():
 observe.SCENARIOS["jax"] = observe_jax.run  # the kernel's side of every call below
 observe.AFTER_CHECK.append(observe_jax.release_after_a_check)
 
-IMMUTABLE = (
+IMMUTABLE = Mistake(
+    "jax-array-changed-in-place",
     "JAX arrays cannot be changed in place (no x[...] = ..., no slice +=): build a new array "
-    "with x.at[index].set(value) or jnp.where."
+    "with x.at[index].set(value) or jnp.where.",
 )
 
 

@@ -82,6 +82,7 @@ def test_variants_fit_the_notebook(assignment):
         assert set(variant.fails) <= set(notebook.tests), variant.name
     for variant in notebook.buggy:
         assert variant.says, variant.name
+        assert variant.mistake, f"{variant.name} declares no mistake id"
         assert own_test_cell(notebook, variant.cell) in variant.fails, variant.name
 
 
@@ -112,12 +113,42 @@ def test_buggy_answer_loses_exactly_its_cells_and_is_named(assignment, variant: 
     own = own_test_cell(notebook, variant.cell)
     message = str(errors[own])
     assert variant.says.lower() in message.lower(), message
-    # the instructor's report counts it by its id (feedback.Mistake), where it lives
+    # the instructor's report counts it by its id (feedback.Mistake), where it lives: the id
+    # the variant declares
     assert errors[own].mistake is not None, f"no mistake id for: {message}"
+    assert errors[own].mistake == variant.mistake, message
     for test_cell, words in variant.also_says:
         other = str(errors[test_cell])
         assert words.lower() in other.lower(), other
         assert errors[test_cell].root == own, other
+
+
+# --- the catalogue and the buggy answers, both ways ----------------------------------------------
+
+UNMADE: dict[tuple[str, str], str] = {}
+"""``(test cell, mistake id)`` of a catalogue entry no buggy answer makes -> why: shadowed by
+an earlier entry (which) on every case where it differs from the reference, or seen only on a
+hidden case, or (``"no variant yet"``) reachable but still without its buggy answer."""
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_every_catalogue_id_is_made_by_a_buggy_answer_or_listed(assignment):
+    """Each id of each exercise's catalogue (``runner.catalogue``: ``Case.mistakes`` and
+    ``Case.grad_mistakes``) is declared by a buggy answer of that exercise (which
+    test_buggy_answer_loses_exactly_its_cells_and_is_named proves it makes), or listed in
+    ``UNMADE`` with its reason; a listed id that an answer makes is taken off the list."""
+    notebook = NOTEBOOKS[assignment]
+    made: dict[str, set[str]] = {}
+    for variant in notebook.buggy:  # a dependent test cell names its mistake by the same id
+        for test_cell in variant.fails:
+            made.setdefault(test_cell, set()).add(variant.mistake)
+    for test_cell in notebook.tests:
+        exercise = runner.EXERCISES[test_cell]
+        ids = {wording.id for _, wording in runner.catalogue(exercise)}
+        listed = {mid for cell, mid in UNMADE if cell == test_cell}
+        assert sorted(ids - made.get(test_cell, set()) - listed) == [], test_cell
+        assert listed & made.get(test_cell, set()) == set(), f"{test_cell}: made, not unmade"
+        assert listed <= ids, f"{test_cell}: listed ids no longer in the catalogue"
 
 
 @pytest.mark.parametrize(("assignment", "variant"), _params("correct"))

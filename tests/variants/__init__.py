@@ -9,6 +9,7 @@ it into a student's copy of the notebook and autograde it with nbgrader.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from dataclasses import dataclass
 
@@ -51,4 +52,9 @@ class Variant:
 def load(assignment: str) -> tuple[list[Variant], list[Variant]]:
     """``(BUGGY, CORRECT)`` for an assignment such as ``"03_layer_norm"``."""
     module = importlib.import_module(f"variants.a{assignment}")
-    return list(module.BUGGY), list(module.CORRECT)
+    ids = getattr(module, "MISTAKES", {})  # for buggy answers built from a table
+    buggy = [
+        v if v.mistake else dataclasses.replace(v, mistake=ids.get((v.cell, v.name), ""))
+        for v in module.BUGGY
+    ]
+    return buggy, list(module.CORRECT)

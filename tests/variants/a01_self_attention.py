@@ -41,6 +41,7 @@ BUGGY = [
         _scores("    return query @ key.transpose(-2, -1)\n"),
         (SCORES, ATTENTION),
         "not scaled",
+        mistake="not-scaled",
     ),
     Variant(
         "scores_scaled_by_d_k",
@@ -50,6 +51,7 @@ BUGGY = [
         "instead of sqrt(d_k)",
         # the attention test cell says where the mistake lives
         also_says=((ATTENTION, "this comes from your attention_scores (exercise 1)"),),
+        mistake="scaled-by-d-k",
     ),
     Variant(
         "scores_made_double",
@@ -61,6 +63,7 @@ BUGGY = [
         (SCORES, ATTENTION),
         "has dtype torch.float64, but the inputs were torch.float32",
         also_says=((ATTENTION, "this comes from your attention_scores (exercise 1)"),),
+        mistake="dtype",
     ),
     Variant(
         "key_not_transposed",
@@ -69,6 +72,7 @@ BUGGY = [
         (SCORES, ATTENTION),
         "Is key transposed?",
         also_says=((ATTENTION, "this comes from your attention_scores (exercise 1)"),),
+        mistake="key-not-transposed",
     ),
     Variant(
         "scores_scale_multiplied",
@@ -79,6 +83,7 @@ BUGGY = [
         ),
         (SCORES, ATTENTION),
         "multiplied by sqrt(d_k)",
+        mistake="multiplied-by-sqrt-d-k",
     ),
     Variant(
         "scores_key_T_on_batch",
@@ -86,6 +91,7 @@ BUGGY = [
         _scores("    return query @ key.T / math.sqrt(query.shape[-1])\n"),
         (SCORES, ATTENTION),
         "batch",
+        mistake="batch-axes",
     ),
     Variant(
         "scores_transpose_0_1",
@@ -93,6 +99,7 @@ BUGGY = [
         _scores("    return query @ key.transpose(0, 1) / math.sqrt(query.shape[-1])\n"),
         (SCORES, ATTENTION),
         "batch",
+        mistake="batch-axes",
     ),
     Variant(
         "scores_d_k_from_axis_1",
@@ -102,6 +109,7 @@ BUGGY = [
         ),
         (SCORES, ATTENTION),
         "sqrt(L_k)",
+        mistake="batch-axes",
     ),
     Variant(
         "scores_axes_from_the_front",
@@ -109,6 +117,7 @@ BUGGY = [
         _scores("    return query @ key.transpose(1, 2) / math.sqrt(query.shape[-1])\n"),
         (SCORES, ATTENTION),
         "count axes from the end",
+        mistake="single-sequence-axes",
     ),
     Variant(
         "scores_key_query_swapped",
@@ -116,6 +125,7 @@ BUGGY = [
         _scores("    return key @ query.transpose(-2, -1) / math.sqrt(query.shape[-1])\n"),
         (SCORES, ATTENTION),
         "wrong order",
+        mistake="shape",
     ),
     Variant(
         "scores_forbidden_sdpa_weights",
@@ -126,6 +136,7 @@ BUGGY = [
         ),
         (SCORES, ATTENTION),
         "encoder_lib.attention.scaled_dot_product_attention",
+        mistake="forbidden-built-in",
     ),
     # --- masked_softmax ------------------------------------------------------------------------
     Variant(
@@ -139,6 +150,7 @@ BUGGY = [
         ),
         (SOFTMAX, ATTENTION),
         "query axis",
+        mistake="softmax-over-queries",
     ),
     Variant(
         "softmax_over_batch",
@@ -150,6 +162,7 @@ BUGGY = [
         ),
         (SOFTMAX, ATTENTION),
         "dim=0",
+        mistake="softmax-over-batch",
     ),
     Variant(
         "mask_polarity_reversed",
@@ -163,6 +176,7 @@ BUGGY = [
         ),
         (SOFTMAX, ATTENTION),
         "polarity is reversed",
+        mistake="mask-reversed",
     ),
     Variant(
         "tutorial_fill_reversed",
@@ -174,6 +188,7 @@ BUGGY = [
         ),
         (SOFTMAX, ATTENTION),
         "polarity is reversed",
+        mistake="mask-reversed",
     ),
     Variant(
         "mask_after_softmax",
@@ -186,6 +201,7 @@ BUGGY = [
         ),
         (SOFTMAX, ATTENTION),
         "after the softmax",
+        mistake="mask-after-softmax",
     ),
     Variant(
         "mask_after_softmax_masked_fill",
@@ -198,6 +214,7 @@ BUGGY = [
         ),
         (SOFTMAX, ATTENTION),
         "sum to 1",
+        mistake="mask-after-softmax",
     ),
     Variant(
         "mask_added_as_0_1",
@@ -209,6 +226,7 @@ BUGGY = [
         ),
         (SOFTMAX, ATTENTION),
         "added to the scores",
+        mistake="mask-added",
     ),
     Variant(
         "mask_multiplied",
@@ -220,6 +238,7 @@ BUGGY = [
         ),
         (SOFTMAX, ATTENTION),
         "set to 0",
+        mistake="mask-multiplied",
     ),
     Variant(
         "mask_ignored",
@@ -227,6 +246,7 @@ BUGGY = [
         _softmax("    return torch.softmax(scores, dim=-1)\n"),
         (SOFTMAX, ATTENTION),
         "ignored",
+        mistake="mask-ignored",
     ),
     Variant(
         "fully_masked_rows_nan",
@@ -238,6 +258,7 @@ BUGGY = [
         ),
         (SOFTMAX, ATTENTION),
         "NaN",
+        mistake="dead-row-nan",
     ),
     Variant(
         "finite_fill_uniform_rows",
@@ -249,6 +270,7 @@ BUGGY = [
         ),
         (SOFTMAX, ATTENTION),
         "1/L_k",
+        mistake="dead-row-uniform",
     ),
     Variant(
         "exp_without_max_subtraction",
@@ -262,6 +284,7 @@ BUGGY = [
         ),
         (SOFTMAX,),
         "overflow",
+        mistake="exp-overflow",
     ),
     Variant(
         "normalised_over_everything",
@@ -274,6 +297,7 @@ BUGGY = [
         ),
         (SOFTMAX, ATTENTION),
         "must sum to 1",
+        mistake="rows-not-sum-to-1",
     ),
     Variant(
         "masked_fill_in_place",
@@ -287,6 +311,7 @@ BUGGY = [
         ),
         (SOFTMAX,),
         "in place",
+        mistake="in-place",
     ),
     # --- causal_mask ---------------------------------------------------------------------------
     Variant(
@@ -295,6 +320,7 @@ BUGGY = [
         _causal("    return torch.ones(L, L, dtype=torch.bool).triu()\n"),
         (CAUSAL,),
         "upper triangle",
+        mistake="causal-upper-triangle",
     ),
     Variant(
         "causal_polarity_reversed",
@@ -302,6 +328,7 @@ BUGGY = [
         _causal("    return torch.ones(L, L, dtype=torch.bool).triu(diagonal=1)\n"),
         (CAUSAL,),
         "polarity is reversed",
+        mistake="causal-reversed",
     ),
     Variant(
         "causal_without_diagonal",
@@ -309,6 +336,7 @@ BUGGY = [
         _causal("    return torch.tril(torch.ones(L, L, dtype=torch.bool), diagonal=-1)\n"),
         (CAUSAL,),
         "attend to itself",
+        mistake="causal-no-diagonal",
     ),
     Variant(
         "causal_float_ones",
@@ -316,6 +344,7 @@ BUGGY = [
         _causal("    return torch.tril(torch.ones(L, L))\n"),
         (CAUSAL,),
         "boolean",
+        mistake="causal-not-bool",
     ),
     Variant(
         "causal_additive_float",
@@ -323,6 +352,7 @@ BUGGY = [
         _causal("    return torch.triu(torch.full((L, L), float('-inf')), diagonal=1)\n"),
         (CAUSAL,),
         "additive",
+        mistake="causal-additive",
     ),
     Variant(
         "causal_from_encoder_lib",
@@ -330,6 +360,7 @@ BUGGY = [
         _causal("    return encoder_lib.causal_mask(L)\n"),
         (CAUSAL,),
         "encoder_lib.masks.causal_mask",
+        mistake="forbidden-built-in",
     ),
     # --- scaled_dot_product_attention ----------------------------------------------------------
     Variant(
@@ -341,6 +372,7 @@ BUGGY = [
         ),
         (ATTENTION,),
         "multiply the weights by the values",
+        mistake="output-is-weights",
     ),
     Variant(
         "attention_pair_swapped",
@@ -351,6 +383,7 @@ BUGGY = [
         ),
         (ATTENTION,),
         "(output, weights)",
+        mistake="pair-swapped",
     ),
     Variant(
         "attention_output_only",
@@ -361,6 +394,7 @@ BUGGY = [
         ),
         (ATTENTION,),
         "pair",
+        mistake="wrong-structure",
     ),
     Variant(
         "attention_scores_as_weights",
@@ -371,6 +405,7 @@ BUGGY = [
         ),
         (ATTENTION,),
         "before the softmax",
+        mistake="weights-before-softmax",
     ),
     Variant(
         "attention_inline_not_scaled",
@@ -382,6 +417,7 @@ BUGGY = [
         ),
         (ATTENTION,),
         "not scaled",
+        mistake="not-scaled",
     ),
     Variant(
         "attention_inline_scaled_by_d_k",
@@ -393,6 +429,7 @@ BUGGY = [
         ),
         (ATTENTION,),
         "instead of sqrt(d_k)",
+        mistake="scaled-by-d-k",
     ),
     Variant(
         "attention_inline_key_T",
@@ -404,6 +441,7 @@ BUGGY = [
         ),
         (ATTENTION,),
         "batch",
+        mistake="batch-axes",
     ),
     Variant(
         "attention_inline_softmax_dim_0",
@@ -417,6 +455,7 @@ BUGGY = [
         ),
         (ATTENTION,),
         "query axis",
+        mistake="softmax-over-queries",
     ),
     Variant(
         "attention_inline_mask_after_softmax",
@@ -429,6 +468,7 @@ BUGGY = [
         ),
         (ATTENTION,),
         "after the softmax",
+        mistake="mask-after-softmax",
     ),
     Variant(
         "attention_inline_dead_rows_nan",
@@ -442,6 +482,7 @@ BUGGY = [
         ),
         (ATTENTION,),
         "NaN",
+        mistake="dead-row-nan",
     ),
     Variant(
         "attention_weights_in_float64",
@@ -453,6 +494,7 @@ BUGGY = [
         ),
         (ATTENTION,),
         "the weights tensor has dtype torch.float64",
+        mistake="dtype",
     ),
     Variant(
         "attention_uses_F_sdpa",
@@ -464,6 +506,7 @@ BUGGY = [
         ),
         (ATTENTION,),
         "F.scaled_dot_product_attention",
+        mistake="forbidden-built-in",
     ),
     Variant(
         "attention_uses_encoder_lib",
@@ -473,6 +516,7 @@ BUGGY = [
         ),
         (ATTENTION,),
         "already does what this exercise asks",
+        mistake="forbidden-built-in",
     ),
 ]
 
@@ -594,5 +638,34 @@ CORRECT = [
             "    output = torch.matmul(weights, value)\n"
             "    return (output, weights)\n"
         ),
+    ),
+]
+
+# --- answers that make the rest of the catalogue (tests/grading/test_catalogue.py) ---------------
+
+BUGGY += [
+    Variant(
+        "scores_scaled_by_sqrt_key_count",
+        "attention_scores",
+        _scores("    return query @ key.transpose(-2, -1) / math.sqrt(key.shape[-2])\n"),
+        (SCORES, ATTENTION),
+        "divided by sqrt(L_k)",
+        mistake="scaled-by-sqrt-l-k",
+    ),
+    Variant(
+        "scores_scaled_by_sqrt_query_count",
+        "attention_scores",
+        _scores("    return query @ key.transpose(-2, -1) / math.sqrt(query.shape[-2])\n"),
+        (SCORES, ATTENTION),
+        "divided by sqrt(L_q)",
+        mistake="scaled-by-sqrt-l-q",
+    ),
+    Variant(
+        "causal_all_true",
+        "causal_mask",
+        _causal("    return torch.ones(L, L, dtype=torch.bool)\n"),
+        (CAUSAL,),
+        "every entry is True",
+        mistake="causal-all-true",
     ),
 ]

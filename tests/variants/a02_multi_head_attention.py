@@ -89,6 +89,7 @@ BUGGY: list[Variant] = [
         _split("    B, L, D = x.shape\n    return x.view(B, num_heads, L, D // num_heads)\n"),
         fails=(SPLIT, MHA),
         says="transpose",
+        mistake="split-without-transpose",
     ),
     Variant(
         "split_forgot_transpose",
@@ -97,6 +98,7 @@ BUGGY: list[Variant] = [
         fails=(SPLIT, MHA),
         says="transpose(1, 2)",
         also_says=(("test_multi_head_attention", "this comes from your split_heads (exercise 1)"),),
+        mistake="heads-not-in-front",
     ),
     Variant(
         "split_interleaved",
@@ -107,6 +109,7 @@ BUGGY: list[Variant] = [
         ),
         fails=(SPLIT, MHA),
         says="interleaved",
+        mistake="split-interleaved",
     ),
     Variant(
         "split_in_place",
@@ -118,6 +121,7 @@ BUGGY: list[Variant] = [
         ),
         fails=(SPLIT, MHA),
         says="in place",
+        mistake="in-place",
     ),
     Variant(
         "split_detached",
@@ -128,6 +132,7 @@ BUGGY: list[Variant] = [
         ),
         fails=(SPLIT, MHA),
         says="no gradient",
+        mistake="no-grad",
     ),
     # --- merge_heads ----------------------------------------------------------------------------
     Variant(
@@ -136,6 +141,7 @@ BUGGY: list[Variant] = [
         _merge("    B, H, L, d_head = x.shape\n    return x.reshape(B, L, H * d_head)\n"),
         fails=(MERGE, MHA),
         says="without transposing back",
+        mistake="merge-without-transpose",
     ),
     Variant(
         "merge_view_after_transpose",
@@ -145,6 +151,7 @@ BUGGY: list[Variant] = [
         ),
         fails=(MERGE, MHA),
         says="contiguous",
+        mistake="view-not-contiguous",
     ),
     Variant(
         "merge_not_flattened",
@@ -152,6 +159,7 @@ BUGGY: list[Variant] = [
         _merge("    return x.transpose(1, 2)\n"),
         fails=(MERGE, MHA),
         says="wrong shape",
+        mistake="heads-not-joined",
     ),
     Variant(
         "merge_interleaved",
@@ -162,6 +170,7 @@ BUGGY: list[Variant] = [
         ),
         fails=(MERGE, MHA),
         says="interleaved",
+        mistake="merge-interleaved",
     ),
     # --- MultiHeadAttention ---------------------------------------------------------------------
     Variant(
@@ -174,6 +183,7 @@ BUGGY: list[Variant] = [
         ),
         fails=(MHA,),
         says="wrong shape",
+        mistake="heads-not-merged",
     ),
     Variant(
         "weights_averaged_over_heads",
@@ -184,6 +194,7 @@ BUGGY: list[Variant] = [
         ),
         fails=(MHA,),
         says="averaged over the heads",
+        mistake="weights-averaged-over-heads",
     ),
     Variant(
         "scale_by_d_model",
@@ -191,6 +202,7 @@ BUGGY: list[Variant] = [
         _inline("math.sqrt(d_head)", "math.sqrt(self.embed_dim)"),
         fails=(MHA,),
         says="sqrt(d_head)",
+        mistake="scaled-by-sqrt-d-model",
     ),
     Variant(
         "no_scale",
@@ -198,6 +210,7 @@ BUGGY: list[Variant] = [
         _inline(" / math.sqrt(d_head)", ""),
         fails=(MHA,),
         says="not scaled",
+        mistake="not-scaled",
     ),
     Variant(
         "split_with_view_no_transpose_inline",
@@ -212,6 +225,7 @@ BUGGY: list[Variant] = [
         ),
         fails=(MHA,),
         says="split wrongly",
+        mistake="split-without-transpose",
     ),
     Variant(
         "merge_with_view_no_transpose_inline",
@@ -222,6 +236,7 @@ BUGGY: list[Variant] = [
         ),
         fails=(MHA,),
         says="merged wrongly",
+        mistake="merge-without-transpose",
     ),
     Variant(
         "split_and_merge_with_view",
@@ -237,6 +252,7 @@ BUGGY: list[Variant] = [
         ),
         fails=(MHA,),
         says="no transpose",
+        mistake="heads-without-transpose",
     ),
     Variant(
         "missing_output_projection",
@@ -244,6 +260,7 @@ BUGGY: list[Variant] = [
         _inline("        return self.out_proj(out), weights\n", "        return out, weights\n"),
         fails=(MHA,),
         says="output projection is missing",
+        mistake="no-output-projection",
     ),
     Variant(
         "q_proj_used_three_times",
@@ -254,6 +271,7 @@ BUGGY: list[Variant] = [
         ).replace("        v = self.v_proj(value)", "        v = self.q_proj(value)"),
         fails=(MHA,),
         says="q_proj is used for the queries, the keys and the values",
+        mistake="q-proj-for-all",
     ),
     Variant(
         "keys_projected_with_v_proj",
@@ -261,6 +279,7 @@ BUGGY: list[Variant] = [
         _inline("        k = self.k_proj(key)", "        k = self.v_proj(key)"),
         fails=(MHA,),
         says="keys are projected with v_proj",
+        mistake="projections-mixed-up",
     ),
     Variant(
         "keys_values_from_query",
@@ -271,6 +290,7 @@ BUGGY: list[Variant] = [
         ),
         fails=(MHA,),
         says="from `key`",
+        mistake="keys-from-query",
     ),
     Variant(
         "mask_ignored",
@@ -282,6 +302,7 @@ BUGGY: list[Variant] = [
         ),
         fails=(MHA,),
         says="mask is ignored",
+        mistake="mask-ignored",
     ),
     Variant(
         "mask_polarity_reversed",
@@ -289,6 +310,7 @@ BUGGY: list[Variant] = [
         _inline("masked_fill(~mask,", "masked_fill(mask,"),
         fails=(MHA,),
         says="polarity is reversed",
+        mistake="mask-reversed",
     ),
     Variant(
         "mask_only_for_first_query",
@@ -300,6 +322,7 @@ BUGGY: list[Variant] = [
         ),
         fails=(MHA,),
         says="padding leaks",
+        mistake="padding-leaks",
     ),
     Variant(
         "softmax_over_queries",
@@ -307,6 +330,7 @@ BUGGY: list[Variant] = [
         _inline("torch.softmax(scores, dim=-1)", "torch.softmax(scores, dim=-2)"),
         fails=(MHA,),
         says="dim=-1",
+        mistake="softmax-over-queries",
     ),
     Variant(
         "weights_are_scores",
@@ -317,6 +341,7 @@ BUGGY: list[Variant] = [
         ),
         fails=(MHA,),
         says="before the softmax",
+        mistake="weights-before-softmax",
     ),
     Variant(
         "dropout_in_eval_mode",
@@ -326,6 +351,7 @@ BUGGY: list[Variant] = [
         ),
         fails=(MHA,),
         says="eval mode",
+        mistake="dropout-in-eval",
     ),
     Variant(
         "returns_output_only",
@@ -335,6 +361,7 @@ BUGGY: list[Variant] = [
         ),
         fails=(MHA,),
         says="pair (output, weights)",
+        mistake="wrong-structure",
     ),
     Variant(
         "output_detached",
@@ -345,6 +372,7 @@ BUGGY: list[Variant] = [
         ),
         fails=(MHA,),
         says="no gradient",
+        mistake="no-grad",
     ),
     Variant(
         "out_proj_removed_from_init",
@@ -359,6 +387,7 @@ BUGGY: list[Variant] = [
         ).replace("        self.out_proj = nn.Linear(embed_dim, embed_dim)\n", ""),
         fails=(MHA,),
         says="out_proj",
+        mistake="missing-part",
     ),
     Variant(
         "k_proj_is_q_proj",
@@ -375,6 +404,7 @@ BUGGY: list[Variant] = [
         ),
         fails=(MHA,),
         says="same layer",
+        mistake="missing-part",
     ),
     # --- dropout: where it sits in training (the checks make dropout repeatable) ---------------
     Variant(
@@ -394,6 +424,7 @@ BUGGY: list[Variant] = [
         ),
         fails=(MHA,),
         says="dropout is missing in training",
+        mistake="dropout-missing",
     ),
     Variant(
         "loop_over_heads_without_dropout",
@@ -416,6 +447,7 @@ BUGGY: list[Variant] = [
         ),
         fails=(MHA,),
         says="dropout is missing in training",
+        mistake="dropout-missing",
     ),
     Variant(
         "f_sdpa_output_without_dropout",
@@ -432,6 +464,7 @@ BUGGY: list[Variant] = [
         ),
         fails=(MHA,),
         says="dropout is missing in training",
+        mistake="dropout-missing",
     ),
     Variant(
         "dropout_on_scores",
@@ -443,6 +476,7 @@ BUGGY: list[Variant] = [
         ),
         fails=(MHA,),
         says="applied to the scores, before the softmax",
+        mistake="dropout-misplaced",
     ),
     Variant(
         "dropout_before_out_proj",
@@ -457,6 +491,7 @@ BUGGY: list[Variant] = [
         ),
         fails=(MHA,),
         says="the merged heads, before out_proj",
+        mistake="dropout-misplaced",
     ),
     Variant(
         "dropout_on_output",
@@ -470,6 +505,7 @@ BUGGY: list[Variant] = [
         ),
         fails=(MHA,),
         says="the output, after out_proj",
+        mistake="dropout-misplaced",
     ),
     Variant(
         "dropout_rate_fixed_at_0_1",
@@ -480,6 +516,7 @@ BUGGY: list[Variant] = [
         ),
         fails=(MHA,),
         says="wrong rate",
+        mistake="dropout-mismatch-in-training",
     ),
     # --- dtype of every output ------------------------------------------------------------------
     Variant(
@@ -491,6 +528,7 @@ BUGGY: list[Variant] = [
         ).replace("(weights @ v)", "(weights.to(v.dtype) @ v)"),
         fails=(MHA,),
         says="the weights tensor has dtype torch.float64",
+        mistake="dtype",
     ),
 ]
 
@@ -710,5 +748,39 @@ CORRECT: list[Variant] = [
             "        weights = torch.softmax(scores, dim=-1)\n",
             "        weights = torch.softmax(scores.double(), dim=-1).to(scores.dtype)\n",
         ),
+    ),
+]
+
+# --- answers that make the rest of the catalogue (tests/grading/test_catalogue.py) ---------------
+
+_INTERLEAVED = (
+    _INLINE.replace(
+        ".view(B, L_q, H, d_head).transpose(1, 2)", ".view(B, L_q, d_head, H).permute(0, 3, 1, 2)"
+    )
+    .replace(
+        ".view(B, L_k, H, d_head).transpose(1, 2)", ".view(B, L_k, d_head, H).permute(0, 3, 1, 2)"
+    )
+    .replace(
+        "(weights @ v).transpose(1, 2).reshape(B, L_q, D)",
+        "(weights @ v).permute(0, 2, 3, 1).reshape(B, L_q, D)",
+    )
+)
+
+BUGGY += [
+    Variant(
+        "inline_keys_from_value",
+        "multi_head_attention",
+        _inline("k = self.k_proj(key)", "k = self.k_proj(value)"),
+        fails=(MHA,),
+        says="the inputs are mixed up",
+        mistake="inputs-mixed-up",
+    ),
+    Variant(
+        "inline_heads_interleaved",
+        "multi_head_attention",
+        _mha(_INTERLEAVED),
+        fails=(MHA,),
+        says="interleaved features",
+        mistake="heads-interleaved",
     ),
 ]

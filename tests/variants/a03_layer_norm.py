@@ -51,6 +51,7 @@ BUGGY = [
         ),
         T_LN,
         "unbiased",
+        mistake="unbiased-variance",
     ),
     Variant(
         "unbiased_variance_explicit_d_minus_1",
@@ -63,6 +64,7 @@ BUGGY = [
         ),
         T_LN,
         "D - 1",
+        mistake="unbiased-variance",
     ),
     Variant(
         "std_plus_eps",
@@ -74,6 +76,7 @@ BUGGY = [
         ),
         T_LN,
         "std + eps",
+        mistake="std-plus-eps",
     ),
     Variant(
         "std_without_eps",
@@ -84,6 +87,7 @@ BUGGY = [
         ),
         T_LN,
         "no eps",
+        mistake="unbiased-std-no-eps",
     ),
     Variant(
         "biased_std_without_eps",
@@ -95,6 +99,7 @@ BUGGY = [
         ),
         T_LN,
         "no eps",
+        mistake="no-eps",
     ),
     Variant(
         "eps_outside_sqrt",
@@ -106,6 +111,7 @@ BUGGY = [
         ),
         T_LN,
         "outside the square root",
+        mistake="eps-outside-sqrt",
     ),
     Variant(
         "eps_argument_ignored",
@@ -117,6 +123,7 @@ BUGGY = [
         ),
         T_LN,
         "ignores the `eps` argument",
+        mistake="eps-ignored",
     ),
     Variant(
         "no_gain_no_offset",
@@ -128,6 +135,7 @@ BUGGY = [
         ),
         T_LN,
         "ignores weight and bias",
+        mistake="no-weight-no-bias",
     ),
     Variant(
         "no_gain",
@@ -139,6 +147,7 @@ BUGGY = [
         ),
         T_LN,
         "ignores weight",
+        mistake="no-weight",
     ),
     Variant(
         "no_offset",
@@ -150,6 +159,7 @@ BUGGY = [
         ),
         T_LN,
         "ignores bias",
+        mistake="no-bias",
     ),
     Variant(
         "offset_before_gain",
@@ -161,6 +171,7 @@ BUGGY = [
         ),
         T_LN,
         "before multiplying",
+        mistake="bias-before-weight",
     ),
     Variant(
         "batch_axis",
@@ -172,6 +183,7 @@ BUGGY = [
         ),
         T_LN,
         "wrong axis",
+        mistake="normalises-over-batch",
     ),
     Variant(
         "sequence_axis",
@@ -183,6 +195,7 @@ BUGGY = [
         ),
         T_LN,
         "wrong axis",
+        mistake="normalises-over-sequence",
     ),
     Variant(
         "sequence_axis_unbiased",
@@ -194,6 +207,7 @@ BUGGY = [
         ),
         T_LN,
         "wrong axis",
+        mistake="normalises-over-wrong-axis",
     ),
     Variant(
         "whole_sequence",
@@ -205,6 +219,7 @@ BUGGY = [
         ),
         T_LN,
         "wrong axis",
+        mistake="normalises-over-whole-sequence",
     ),
     Variant(
         "mean_not_subtracted",
@@ -216,6 +231,7 @@ BUGGY = [
         ),
         T_LN,
         "mean 0",
+        mistake="not-centred",
     ),
     Variant(
         "hard_coded_dim_2",
@@ -227,6 +243,7 @@ BUGGY = [
         ),
         T_LN,
         "dim=-1",
+        mistake="fixed-rank",
     ),
     Variant(
         "modifies_x_in_place",
@@ -239,6 +256,7 @@ BUGGY = [
         ),
         T_LN,
         "in place",
+        mistake="in-place",
     ),
     Variant(
         "detached",
@@ -251,6 +269,7 @@ BUGGY = [
         ),
         T_LN,
         "autograd",
+        mistake="no-grad",
     ),
     Variant(
         "returns_float32",
@@ -262,6 +281,7 @@ BUGGY = [
         ),
         T_LN,
         "dtype",
+        mistake="dtype",
     ),
     Variant(
         "returns_tuple",
@@ -273,6 +293,7 @@ BUGGY = [
         ),
         T_LN,
         "should be a torch.Tensor",
+        mistake="not-a-tensor",
     ),
     Variant(
         "calls_F_layer_norm",
@@ -280,6 +301,7 @@ BUGGY = [
         _fn("    return F.layer_norm(x, x.shape[-1:], weight, bias, eps)\n"),
         T_LN,
         "F.layer_norm",
+        mistake="forbidden-built-in",
     ),
     Variant(
         "calls_torch_layer_norm",
@@ -287,6 +309,7 @@ BUGGY = [
         _fn("    return torch.layer_norm(x, (x.shape[-1],), weight, bias, eps)\n"),
         T_LN,
         "torch.layer_norm",
+        mistake="forbidden-built-in",
     ),
     Variant(
         "uses_nn_LayerNorm",
@@ -300,6 +323,7 @@ BUGGY = [
         ),
         T_LN,
         "F.layer_norm",
+        mistake="forbidden-built-in",
     ),
     Variant(
         "uses_group_norm",
@@ -311,6 +335,7 @@ BUGGY = [
         ),
         T_LN,
         "F.group_norm",
+        mistake="forbidden-built-in",
     ),
     Variant(
         "calls_native_layer_norm",
@@ -318,6 +343,7 @@ BUGGY = [
         _fn("    return torch.native_layer_norm(x, (x.shape[-1],), weight, bias, eps)[0]\n"),
         T_LN,
         "torch.native_layer_norm",
+        mistake="forbidden-built-in",
     ),
     Variant(
         "uses_instance_norm",
@@ -328,6 +354,7 @@ BUGGY = [
         ),
         T_LN,
         "F.instance_norm",
+        mistake="forbidden-built-in",
     ),
     Variant(
         "uses_batch_norm",
@@ -339,6 +366,7 @@ BUGGY = [
         ),
         T_LN,
         "F.batch_norm",
+        mistake="forbidden-built-in",
     ),
     Variant(
         "uses_encoder_lib",
@@ -352,6 +380,7 @@ BUGGY = [
         ),
         T_LN,
         "encoder_lib.layer_norm.LayerNorm",
+        mistake="forbidden-built-in",
     ),
     # --- exercise 2: LayerNorm module ---------------------------------------------------------
     Variant(
@@ -364,6 +393,7 @@ BUGGY = [
         ),
         T_MODULE,
         "unbiased",
+        mistake="unbiased-variance",
     ),
     Variant(
         "module_eps_outside_sqrt",
@@ -375,6 +405,7 @@ BUGGY = [
         ),
         T_MODULE,
         "outside the square root",
+        mistake="eps-outside-sqrt",
     ),
     Variant(
         "module_std_without_eps",
@@ -385,6 +416,7 @@ BUGGY = [
         ),
         T_MODULE,
         "no eps",
+        mistake="unbiased-std-no-eps",
     ),
     Variant(
         "module_ignores_self_eps",
@@ -396,6 +428,7 @@ BUGGY = [
         ),
         T_MODULE,
         "ignores `self.eps`",
+        mistake="eps-ignored",
     ),
     Variant(
         "module_no_gain_no_offset",
@@ -407,6 +440,7 @@ BUGGY = [
         ),
         T_MODULE,
         "ignores self.weight and self.bias",
+        mistake="no-weight-no-bias",
     ),
     Variant(
         "module_batch_axis",
@@ -418,6 +452,7 @@ BUGGY = [
         ),
         T_MODULE,
         "wrong axis",
+        mistake="normalises-over-batch",
     ),
     Variant(
         "module_renamed_parameters",
@@ -435,6 +470,7 @@ BUGGY = [
         ),
         T_MODULE,
         "exactly two parameters, `weight` and `bias`",
+        mistake="parameter-names",
     ),
     Variant(
         "module_uses_parameter_data",
@@ -447,6 +483,7 @@ BUGGY = [
         ),
         T_MODULE,
         "self.weight.grad is None",
+        mistake="gradient-missing",
     ),
     Variant(
         "module_calls_F_layer_norm",
@@ -454,6 +491,7 @@ BUGGY = [
         _module("        return F.layer_norm(x, x.shape[-1:], self.weight, self.bias, self.eps)\n"),
         T_MODULE,
         "F.layer_norm",
+        mistake="forbidden-built-in",
     ),
     Variant(
         "module_wraps_nn_LayerNorm",
@@ -465,6 +503,7 @@ BUGGY = [
         ),
         T_MODULE,
         "F.layer_norm",
+        mistake="forbidden-built-in",
     ),
     Variant(
         "module_calls_encoder_lib",
@@ -476,6 +515,7 @@ BUGGY = [
         ),
         T_MODULE,
         "encoder_lib.layer_norm.LayerNorm",
+        mistake="forbidden-built-in",
     ),
     # --- exercise 3: residual_block -----------------------------------------------------------
     Variant(
@@ -488,6 +528,7 @@ BUGGY = [
         ),
         T_BLOCK,
         "missing the residual",
+        mistake="no-residual",
     ),
     Variant(
         "pre_norm_without_residual",
@@ -499,6 +540,7 @@ BUGGY = [
         ),
         T_BLOCK,
         "missing the residual",
+        mistake="no-residual",
     ),
     Variant(
         "sublayer_only",
@@ -506,6 +548,7 @@ BUGGY = [
         _block("    return sublayer(x)\n"),
         T_BLOCK,
         "missing the residual",
+        mistake="no-residual-no-norm",
     ),
     Variant(
         "no_norm",
@@ -513,6 +556,7 @@ BUGGY = [
         _block("    return x + sublayer(x)\n"),
         T_BLOCK,
         "never applies the norm",
+        mistake="no-norm",
     ),
     Variant(
         "pre_and_post_swapped",
@@ -524,6 +568,7 @@ BUGGY = [
         ),
         T_BLOCK,
         "wrong place",
+        mistake="pre-norm-instead-of-post-norm",
     ),
     Variant(
         "always_post_norm",
@@ -531,6 +576,7 @@ BUGGY = [
         _block("    return norm(x + sublayer(x))\n"),
         T_BLOCK,
         "wrong place",
+        mistake="post-norm-instead-of-pre-norm",
     ),
     Variant(
         "always_pre_norm",
@@ -538,6 +584,7 @@ BUGGY = [
         _block("    return x + sublayer(norm(x))\n"),
         T_BLOCK,
         "wrong place",
+        mistake="pre-norm-instead-of-post-norm",
     ),
     Variant(
         "post_norm_twice",
@@ -549,6 +596,7 @@ BUGGY = [
         ),
         T_BLOCK,
         "norm twice",
+        mistake="norm-twice",
     ),
     Variant(
         "pre_norm_twice",
@@ -560,6 +608,7 @@ BUGGY = [
         ),
         T_BLOCK,
         "norm twice",
+        mistake="norm-twice",
     ),
     Variant(
         "norm_then_residual_of_normalised",
@@ -572,6 +621,7 @@ BUGGY = [
         ),
         T_BLOCK,
         "normalised x",
+        mistake="normalised-skip",
     ),
     Variant(
         "norm_on_sublayer_output",
@@ -583,6 +633,7 @@ BUGGY = [
         ),
         T_BLOCK,
         "sublayer's output",
+        mistake="norm-on-sublayer-output",
     ),
     Variant(
         "adds_in_place",
@@ -595,6 +646,7 @@ BUGGY = [
         ),
         T_BLOCK,
         "in place",
+        mistake="in-place",
     ),
     Variant(
         "sublayer_called_twice",
@@ -607,6 +659,7 @@ BUGGY = [
         ),
         T_BLOCK,
         "calls sublayer 2 times",
+        mistake="sublayer-called-more-than-once",
     ),
     Variant(
         "residual_detached",
@@ -618,6 +671,7 @@ BUGGY = [
         ),
         T_BLOCK,
         "skip path",
+        mistake="skip-path-detached",
     ),
 ]
 

@@ -82,6 +82,7 @@ _PE_BUGGY = [
 """),
         (T_PE,),
         "interleaved",
+        mistake="pe-concatenated",
     ),
     Variant(
         "pe_column_index_exponent",
@@ -95,6 +96,7 @@ _PE_BUGGY = [
 """),
         (T_PE,),
         "pair index",
+        mistake="pe-column-index",
     ),
     Variant(
         "pe_missing_factor_two",
@@ -109,6 +111,7 @@ _PE_BUGGY = [
 """),
         (T_PE,),
         "factor 2",
+        mistake="pe-no-factor-2",
     ),
     Variant(
         "pe_sin_cos_swapped",
@@ -122,6 +125,7 @@ _PE_BUGGY = [
 """),
         (T_PE,),
         "swapped",
+        mistake="pe-sin-cos-swapped",
     ),
     Variant(
         "pe_multiplies_position",
@@ -135,6 +139,7 @@ _PE_BUGGY = [
 """),
         (T_PE,),
         "divided",
+        mistake="pe-multiplied",
     ),
     Variant(
         "pe_sequence_first",
@@ -148,6 +153,7 @@ _PE_BUGGY = [
 """),
         (T_PE,),
         "sequence-first",
+        mistake="pe-sequence-first",
     ),
     Variant(
         "pe_transposed",
@@ -162,6 +168,7 @@ _PE_BUGGY = [
 """),
         (T_PE,),
         "wrong order",
+        mistake="shape",
     ),
 ]
 
@@ -212,6 +219,7 @@ _MASK_BUGGY = [
         (T_MASK, T_ENCODER),
         "wrong polarity",
         also_says=(("test_encoder", "this comes from your make_padding_mask (exercise b)"),),
+        mistake="mask-reversed",
     ),
     Variant(
         "mask_shape_b_l",
@@ -219,6 +227,7 @@ _MASK_BUGGY = [
         _mask("    return token_ids != pad_id\n"),
         (T_MASK, T_ENCODER),
         "shape (B, L)",
+        mistake="mask-shape-b-l",
     ),
     Variant(
         "mask_masks_queries",
@@ -226,6 +235,7 @@ _MASK_BUGGY = [
         _mask("    return (token_ids != pad_id)[:, None, :, None]\n"),
         (T_MASK, T_ENCODER),
         "queries",
+        mistake="mask-masks-queries",
     ),
     Variant(
         "mask_float",
@@ -233,6 +243,7 @@ _MASK_BUGGY = [
         _mask("    return (token_ids != pad_id).float()[:, None, None, :]\n"),
         (T_MASK, T_ENCODER),
         "boolean",
+        mistake="mask-not-bool",
     ),
     Variant(
         "mask_pad_id_hard_coded",
@@ -240,6 +251,7 @@ _MASK_BUGGY = [
         _mask("    return (token_ids != 0).unsqueeze(1).unsqueeze(2)\n"),
         (T_MASK, T_ENCODER),
         "instead of pad_id",
+        mistake="pad-id-hard-coded",
     ),
 ]
 
@@ -298,6 +310,7 @@ _LAYER_BUGGY = [
         ),
         (T_LAYER,),
         "no residual",
+        mistake="no-residual",
     ),
     Variant(
         "layer_no_ffn_residual",
@@ -308,6 +321,7 @@ _LAYER_BUGGY = [
         ),
         (T_LAYER,),
         "residual",
+        mistake="no-residual-around-ffn",
     ),
     Variant(
         "layer_always_pre_norm",
@@ -315,6 +329,7 @@ _LAYER_BUGGY = [
         _layer_with(post=_PRE),
         (T_LAYER,),
         "wrong place",
+        mistake="pre-norm-instead-of-post-norm",
     ),
     Variant(
         "layer_ignores_norm_first",
@@ -322,6 +337,7 @@ _LAYER_BUGGY = [
         _layer_with(pre=_POST),
         (T_LAYER,),
         "norm_first ignored",
+        mistake="post-norm-instead-of-pre-norm",
     ),
     Variant(
         "layer_norm_inside_residual",
@@ -332,6 +348,7 @@ _LAYER_BUGGY = [
         ),
         (T_LAYER,),
         "inside the residual",
+        mistake="norm-in-residual-branch",
     ),
     Variant(
         "layer_no_activation",
@@ -347,6 +364,7 @@ _LAYER_BUGGY = [
 """),
         (T_LAYER,),
         "activation",
+        mistake="no-activation",
     ),
     Variant(
         "layer_ignores_mask",
@@ -354,6 +372,7 @@ _LAYER_BUGGY = [
         _layer_with().replace("self.self_attn(x, x, x, mask)", "self.self_attn(x, x, x)"),
         (T_LAYER,),
         "ignores the padding mask",
+        mistake="mask-ignored",
     ),
     Variant(
         "layer_mask_swallowed_by_kwargs",
@@ -370,6 +389,7 @@ _LAYER_BUGGY = [
 """),
         (T_LAYER,),
         "**kwargs",
+        mistake="mask-ignored",
     ),
     Variant(
         "layer_inverts_mask",
@@ -380,6 +400,7 @@ _LAYER_BUGGY = [
         ),
         (T_LAYER,),
         "inverts the mask",
+        mistake="mask-inverted",
     ),
     Variant(
         "layer_dropout_in_eval",
@@ -387,6 +408,7 @@ _LAYER_BUGGY = [
         _layer_with().replace("self.dropout1(out)", "F.dropout(out, 0.5)"),
         (T_LAYER,),
         "eval mode",
+        mistake="dropout-in-eval",
     ),
     # F.dropout(x, p) without training=self.training: the layer's own p, still dropping in eval.
     Variant(
@@ -395,6 +417,7 @@ _LAYER_BUGGY = [
         _layer_with().replace("self.dropout1(out)", "F.dropout(out, self.dropout1.p)"),
         (T_LAYER,),
         "still active in eval mode (on the attention output (self.dropout1), p=0.1)",
+        mistake="dropout-in-eval",
     ),
     Variant(
         "layer_functional_dropout_on_hidden",
@@ -405,6 +428,7 @@ _LAYER_BUGGY = [
         ),
         (T_LAYER,),
         "still active in eval mode (on the FFN's hidden units (self.dropout), p=0.1)",
+        mistake="dropout-in-eval",
     ),
     Variant(
         "layer_functional_dropout_on_ffn_output",
@@ -414,6 +438,7 @@ _LAYER_BUGGY = [
         ),
         (T_LAYER,),
         "still active in eval mode (on the FFN output (self.dropout2), p=0.1)",
+        mistake="dropout-in-eval",
     ),
     Variant(
         "layer_tuple_not_unpacked",
@@ -421,6 +446,7 @@ _LAYER_BUGGY = [
         _layer_with().replace("out, _ = self.self_attn", "out = self.self_attn"),
         (T_LAYER,),
         "unpack",
+        mistake="attention-pair-not-unpacked",
     ),
     Variant(
         "layer_prenorm_residual_of_normalised_x",
@@ -433,6 +459,7 @@ _LAYER_BUGGY = [
         ),
         (T_LAYER,),
         "un-normalised",
+        mistake="normalised-skip",
     ),
     Variant(
         "layer_detaches",
@@ -440,6 +467,7 @@ _LAYER_BUGGY = [
         _layer_with(extra="").replace("return x\n", "return x.detach()\n", 1),
         (T_LAYER,),
         "gradient",
+        mistake="no-grad",
     ),
     Variant(
         "layer_no_dropout",
@@ -450,6 +478,7 @@ _LAYER_BUGGY = [
         .replace("self.dropout2(self.linear2(", "(self.linear2("),
         (T_LAYER,),
         "no dropout",
+        mistake="dropout-missing",
     ),
     Variant(
         "layer_dropout_after_norm",
@@ -461,6 +490,7 @@ _LAYER_BUGGY = [
         ),
         (T_LAYER,),
         "after the norm",
+        mistake="dropout-after-norm",
     ),
     Variant(
         "layer_no_dropout2",
@@ -468,6 +498,7 @@ _LAYER_BUGGY = [
         _layer_with().replace("return self.dropout2(self.linear2(", "return (self.linear2("),
         (T_LAYER,),
         "no dropout on the FFN output (self.dropout2)",
+        mistake="dropout-missing-at-one-site",
     ),
     Variant(
         "layer_no_hidden_dropout",
@@ -477,6 +508,7 @@ _LAYER_BUGGY = [
         ),
         (T_LAYER,),
         "no dropout on the FFN's hidden units",
+        mistake="dropout-missing-at-one-site",
     ),
     Variant(
         "layer_dropout_on_attention_input",
@@ -488,6 +520,7 @@ _LAYER_BUGGY = [
         ),
         (T_LAYER,),
         "attention sub-layer (self.dropout1): it is applied to the sub-layer's input",
+        mistake="dropout-on-sublayer-input",
     ),
     Variant(
         "layer_dropout_on_residual_sum",
@@ -499,6 +532,7 @@ _LAYER_BUGGY = [
         ),
         (T_LAYER,),
         "residual sum",
+        mistake="dropout-on-residual-sum",
     ),
     Variant(
         "layer_prenorm_without_dropout",
@@ -511,6 +545,7 @@ _LAYER_BUGGY = [
         ),
         (T_LAYER,),
         "dropout is missing in training",
+        mistake="dropout-missing",
     ),
     Variant(  # no catalogue entry: named by where it goes wrong (grading/locate.py)
         "layer_norm1_for_both_sublayers",
@@ -518,6 +553,7 @@ _LAYER_BUGGY = [
         _layer_with().replace("self.norm2(", "self.norm1("),
         (T_LAYER,),
         "self.norm2 is never called, while self.norm1 is called twice",
+        mistake="part-never-called",
     ),
 ]
 
@@ -612,6 +648,7 @@ _ENCODER_BUGGY = [
         _encoder(_FORWARD.replace("x + self.pe[:L]", "x")),
         (T_ENCODER,),
         "no positional encoding",
+        mistake="no-positional-encoding",
     ),
     Variant(
         "encoder_pe_indexed_by_batch",
@@ -625,6 +662,7 @@ _ENCODER_BUGGY = [
         ),
         (T_ENCODER,),
         "batch size",
+        mistake="pe-indexed-by-batch",
     ),
     Variant(
         "encoder_sequence_first_pe",
@@ -637,6 +675,7 @@ _ENCODER_BUGGY = [
         ),
         (T_ENCODER,),
         "sequence-first",
+        mistake="pe-sequence-first",
     ),
     Variant(
         "encoder_scales_twice",
@@ -649,6 +688,7 @@ _ENCODER_BUGGY = [
         ),
         (T_ENCODER,),
         "second time",
+        mistake="embeddings-scaled-twice",
     ),
     Variant(
         "encoder_not_scaled",
@@ -660,6 +700,7 @@ _ENCODER_BUGGY = [
         ),
         (T_ENCODER,),
         "not scaled",
+        mistake="embeddings-not-scaled",
     ),
     Variant(
         "encoder_ignores_mask",
@@ -667,6 +708,7 @@ _ENCODER_BUGGY = [
         _encoder(_FORWARD.replace("x = layer(x, mask=mask)", "x = layer(x)")),
         (T_ENCODER,),
         "without a padding mask",
+        mistake="no-mask-to-layers",
     ),
     Variant(
         "encoder_misspelt_mask_keyword",
@@ -674,6 +716,7 @@ _ENCODER_BUGGY = [
         _encoder(_FORWARD.replace("x = layer(x, mask=mask)", "x = layer(x, src_mask=mask)")),
         (T_ENCODER,),
         "misspelt keyword",
+        mistake="misspelt-mask-keyword",
     ),
     Variant(
         "encoder_reversed_mask",
@@ -681,6 +724,7 @@ _ENCODER_BUGGY = [
         _encoder(_FORWARD.replace("x = layer(x, mask=mask)", "x = layer(x, mask=~mask)")),
         (T_ENCODER,),
         "wrong polarity",
+        mistake="mask-reversed",
     ),
     Variant(
         "encoder_mask_b_l",
@@ -693,6 +737,7 @@ _ENCODER_BUGGY = [
         ),
         (T_ENCODER,),
         "(B, L)",
+        mistake="mask-shape-b-l",
     ),
     Variant(
         "encoder_no_dropout",
@@ -700,6 +745,7 @@ _ENCODER_BUGGY = [
         _encoder(_FORWARD.replace("x = self.dropout(x + self.pe[:L])", "x = x + self.pe[:L]")),
         (T_ENCODER,),
         "never applied",
+        mistake="dropout-missing",
     ),
     Variant(
         "encoder_dropout_before_pe",
@@ -711,6 +757,7 @@ _ENCODER_BUGGY = [
         ),
         (T_ENCODER,),
         "wrong place",
+        mistake="dropout-on-embeddings-only",
     ),
     Variant(
         "encoder_discards_layer_outputs",
@@ -718,6 +765,7 @@ _ENCODER_BUGGY = [
         _encoder(_FORWARD.replace("x = layer(x, mask=mask)", "out = layer(x, mask=mask)")),
         (T_ENCODER,),
         "discards",
+        mistake="layer-outputs-discarded",
     ),
     Variant(
         "encoder_only_first_layer",
@@ -730,6 +778,7 @@ _ENCODER_BUGGY = [
         ),
         (T_ENCODER,),
         "order",
+        mistake="layers-out-of-order",
     ),
     Variant(
         "encoder_dropout_on_pe_only",
@@ -741,6 +790,7 @@ _ENCODER_BUGGY = [
         ),
         (T_ENCODER,),
         "positional encoding only",
+        mistake="dropout-on-pe-only",
     ),
     Variant(
         "encoder_dropout_twice",
@@ -753,6 +803,7 @@ _ENCODER_BUGGY = [
         ),
         (T_ENCODER,),
         "twice",
+        mistake="dropout-twice",
     ),
     Variant(
         "encoder_dropout_between_layers",
@@ -762,6 +813,7 @@ _ENCODER_BUGGY = [
         ),
         (T_ENCODER,),
         "between the layers",
+        mistake="dropout-between-layers",
     ),
     Variant(
         "encoder_dropout_on_output",
@@ -773,6 +825,7 @@ _ENCODER_BUGGY = [
         ),
         (T_ENCODER,),
         "output of the last layer",
+        mistake="dropout-on-output",
     ),
     Variant(
         "encoder_functional_dropout_in_eval",
@@ -785,6 +838,7 @@ _ENCODER_BUGGY = [
         ),
         (T_ENCODER,),
         "still active in eval mode",
+        mistake="dropout-in-eval",
     ),
     Variant(
         "encoder_pe_float64",
@@ -797,6 +851,7 @@ _ENCODER_BUGGY = [
         ),
         (T_ENCODER,),
         "dtype torch.float64",
+        mistake="dtype",
     ),
 ]
 
@@ -850,6 +905,7 @@ _FORBIDDEN = [
         _pe("    return encoder_lib.sinusoidal_table(max_len, d_model)\n"),
         (T_PE,),
         "encoder_lib.embeddings.sinusoidal_table",
+        mistake="forbidden-built-in",
     ),
     Variant(
         "uses_sinusoidal_module",
@@ -860,6 +916,7 @@ _FORBIDDEN = [
         ),
         (T_PE,),
         "encoder_lib.embeddings.SinusoidalPositionalEncoding",
+        mistake="forbidden-built-in",
     ),
     Variant(
         "calls_padding_mask",
@@ -867,6 +924,7 @@ _FORBIDDEN = [
         _mask("    return encoder_lib.padding_mask(token_ids, pad_id)\n"),
         (T_MASK,),
         "encoder_lib.masks.padding_mask",
+        mistake="forbidden-built-in",
     ),
     Variant(
         "module_wraps_library_layer",
@@ -881,6 +939,7 @@ _FORBIDDEN = [
 """),
         (T_LAYER,),
         "encoder_lib.encoder.EncoderLayer",
+        mistake="forbidden-built-in",
     ),
     Variant(
         "module_wraps_torch_layer",
@@ -898,6 +957,7 @@ _FORBIDDEN = [
 """),
         (T_LAYER,),
         "F.multi_head_attention_forward",
+        mistake="forbidden-built-in",
     ),
     Variant(
         "calls_multi_head_attention_forward",
@@ -918,6 +978,7 @@ _FORBIDDEN = [
 """),
         (T_LAYER,),
         "F.multi_head_attention_forward",
+        mistake="forbidden-built-in",
     ),
     Variant(
         "calls_fused_layer_kernel",
@@ -934,6 +995,7 @@ _FORBIDDEN = [
 """),
         (T_LAYER,),
         "torch._transformer_encoder_layer_fwd",
+        mistake="forbidden-built-in",
     ),
     Variant(
         "uses_library_transformer_encoder",
@@ -947,6 +1009,7 @@ _FORBIDDEN = [
 """),
         (T_ENCODER,),
         "encoder_lib.encoder.TransformerEncoder",
+        mistake="forbidden-built-in",
     ),
     Variant(
         "uses_sentence_encoder",
@@ -961,6 +1024,7 @@ _FORBIDDEN = [
 """),
         (T_ENCODER,),
         "encoder_lib.model.SentenceEncoder",
+        mistake="forbidden-built-in",
     ),
 ]
 

@@ -48,7 +48,14 @@ def _forward(body: str) -> str:
 # --- (a) masked_mean -----------------------------------------------------------------------------
 
 _MEAN_BUGGY = [
-    Variant("plain_mean", MEAN, _mean("    return h.mean(dim=1)\n"), (T_MEAN,), "padding included"),
+    Variant(
+        "plain_mean",
+        MEAN,
+        _mean("    return h.mean(dim=1)\n"),
+        (T_MEAN,),
+        "padding included",
+        mistake="mean-includes-padding",
+    ),
     Variant(
         "mask_reversed",
         MEAN,
@@ -57,6 +64,7 @@ _MEAN_BUGGY = [
         ),
         (T_MEAN,),
         "polarity is reversed",
+        mistake="mask-reversed",
     ),
     Variant(
         "sum_not_mean",
@@ -64,6 +72,7 @@ _MEAN_BUGGY = [
         _mean("    return (h * keep[:, :, None]).sum(dim=1)\n"),
         (T_MEAN,),
         "without dividing",
+        mistake="sum-not-mean",
     ),
     Variant(
         "divided_by_batch_count",
@@ -90,6 +99,7 @@ _MEAN_BUGGY = [
         _mean("    return (h * keep[:, :, None]).sum(dim=1) / h.shape[1]\n"),
         (T_MEAN,),
         "divides the sum of the real positions by L, the padded length",
+        mistake="divides-by-padded-length",
     ),
     Variant(
         "wrong_axis",
@@ -97,6 +107,7 @@ _MEAN_BUGGY = [
         _mean("    k = keep.to(h.dtype)[:, :, None]\n    return (h * k).mean(dim=-1)\n"),
         (T_MEAN,),
         "averaged over the last axis",
+        mistake="mean-over-features",
     ),
     Variant(
         "keepdim",
@@ -107,6 +118,7 @@ _MEAN_BUGGY = [
         ),
         (T_MEAN,),
         "drop keepdim=True",
+        mistake="keepdim-kept",
     ),
     Variant(
         "no_trailing_axis",
@@ -116,6 +128,7 @@ _MEAN_BUGGY = [
         ),
         (T_MEAN,),
         "trailing axis",
+        mistake="keep-without-trailing-axis",
     ),
     Variant(
         "float32_result",
@@ -123,6 +136,7 @@ _MEAN_BUGGY = [
         _mean("    k = keep.float()[:, :, None]\n    return ((h * k).sum(1) / k.sum(1)).float()\n"),
         (T_MEAN,),
         "keep h's dtype",
+        mistake="dtype",
     ),
     Variant(
         "in_place",
@@ -130,6 +144,7 @@ _MEAN_BUGGY = [
         _mean("    h[~keep] = 0\n    return h.sum(dim=1) / keep.sum(dim=1, keepdim=True)\n"),
         (T_MEAN,),
         "in place",
+        mistake="in-place",
     ),
     Variant(
         "prefix_lengths",
@@ -139,7 +154,8 @@ _MEAN_BUGGY = [
             "    return torch.stack([h[b, :n].mean(dim=0) for b, n in enumerate(lengths)])\n"
         ),
         (T_MEAN,),
-        "does not match the reference",
+        "assumes the real tokens come first",
+        mistake="keep-read-as-lengths",
     ),
     Variant(
         "detached",
@@ -150,6 +166,7 @@ _MEAN_BUGGY = [
         ),
         (T_MEAN,),
         "not connected to h",
+        mistake="no-grad",
     ),
 ]
 
@@ -160,6 +177,7 @@ _MEAN_BUGGY.append(
         _mean("    k = keep[..., None]\n    return (h * k).sum(1) / k.sum(1).float()\n"),
         (T_MEAN,),
         "keep h's dtype",
+        mistake="dtype",
     )
 )
 
@@ -210,6 +228,7 @@ _STEP_BUGGY = [
         _without("    optimizer.zero_grad()\n"),
         (T_STEP,),
         "zero_grad() is never called",
+        mistake="no-zero-grad",
     ),
     Variant(
         "zero_grad_after_step",
@@ -224,6 +243,7 @@ _STEP_BUGGY = [
         ),
         (T_STEP,),
         "zero_grad() is called after optimizer.step()",
+        mistake="zero-grad-after-step",
     ),
     Variant(
         "eval_mode_left_on",
@@ -231,6 +251,7 @@ _STEP_BUGGY = [
         _without("    model.train()\n"),
         (T_STEP,),
         "model.eval() is left on while training",
+        mistake="eval-mode-in-training",
     ),
     Variant(
         "switches_to_eval",
@@ -238,6 +259,7 @@ _STEP_BUGGY = [
         _without("    model.train()\n", "    model.eval()\n"),
         (T_STEP,),
         "model.eval() is left on while training",
+        mistake="eval-mode-in-training",
     ),
     Variant(
         "loss_on_probabilities",
@@ -249,6 +271,7 @@ _STEP_BUGGY = [
         ),
         (T_STEP,),
         "loss is computed on probabilities instead of logits",
+        mistake="loss-on-probabilities",
     ),
     Variant(
         "nll_on_logits",
@@ -259,6 +282,7 @@ _STEP_BUGGY = [
         ),
         (T_STEP,),
         "expects log-probabilities",
+        mistake="nll-on-logits",
     ),
     Variant(
         "summed_loss",
@@ -269,6 +293,7 @@ _STEP_BUGGY = [
         ),
         (T_STEP,),
         "summed over the batch",
+        mistake="loss-summed",
     ),
     Variant(
         "no_backward",
@@ -276,6 +301,7 @@ _STEP_BUGGY = [
         _without("    loss.backward()\n"),
         (T_STEP,),
         "loss.backward() is never called",
+        mistake="no-backward",
     ),
     Variant(
         "no_step",
@@ -283,6 +309,7 @@ _STEP_BUGGY = [
         _without("    optimizer.step()\n"),
         (T_STEP,),
         "optimizer.step() is never called",
+        mistake="no-step",
     ),
     Variant(
         "step_before_backward",
@@ -297,6 +324,7 @@ _STEP_BUGGY = [
         ),
         (T_STEP,),
         "optimizer.step() is called before loss.backward()",
+        mistake="step-before-backward",
     ),
     Variant(
         "zero_grad_between",
@@ -311,6 +339,7 @@ _STEP_BUGGY = [
         ),
         (T_STEP,),
         "zeroed between loss.backward() and optimizer.step()",
+        mistake="zero-grad-between-backward-and-step",
     ),
     Variant(
         "two_steps",
@@ -318,6 +347,7 @@ _STEP_BUGGY = [
         _without("    optimizer.step()\n", "    optimizer.step()\n    optimizer.step()\n"),
         (T_STEP,),
         "called 2 times",
+        mistake="step-twice",
     ),
     Variant(
         "returns_tensor",
@@ -325,6 +355,7 @@ _STEP_BUGGY = [
         _without("    return loss.item()\n", "    return loss\n"),
         (T_STEP,),
         "return loss.item()",
+        mistake="loss-as-tensor",
     ),
     Variant(
         "returns_nothing",
@@ -332,6 +363,7 @@ _STEP_BUGGY = [
         _without("    return loss.item()\n"),
         (T_STEP,),
         "return the loss of the batch as a Python float",
+        mistake="returns-none",
     ),
     Variant(
         "forward_without_grad",
@@ -344,6 +376,7 @@ _STEP_BUGGY = [
         ),
         (T_STEP,),
         "no graph to backpropagate through",
+        mistake="no-graph",
     ),
     Variant(
         "update_by_hand",
@@ -356,6 +389,7 @@ _STEP_BUGGY = [
         ),
         (T_STEP,),
         "updated by hand",
+        mistake="update-by-hand",
     ),
 ]
 
@@ -415,6 +449,7 @@ _CLASSIFIER_BUGGY = [
         _forward(_KEEP + _X + _H + "        return self.head(h.mean(dim=1))\n"),
         (T_CLASSIFIER,),
         "padding positions too",
+        mistake="mean-includes-padding",
     ),
     Variant(
         "divided_by_batch_count",
@@ -444,6 +479,7 @@ _CLASSIFIER_BUGGY = [
         ),
         (T_CLASSIFIER,),
         "divides the sum of the real positions by L, the padded length",
+        mistake="divides-by-padded-length",
     ),
     Variant(
         "pooling_mask_reversed",
@@ -451,6 +487,7 @@ _CLASSIFIER_BUGGY = [
         _forward(_KEEP + _X + _H + "        return self.head(masked_mean(h, ~keep))\n"),
         (T_CLASSIFIER,),
         "polarity is reversed",
+        mistake="pooling-mask-reversed",
     ),
     Variant(
         "sum_pooling",
@@ -458,6 +495,7 @@ _CLASSIFIER_BUGGY = [
         _forward(_KEEP + _X + _H + "        return self.head((h * keep[:, :, None]).sum(dim=1))\n"),
         (T_CLASSIFIER,),
         "sums the real positions",
+        mistake="sum-not-mean",
     ),
     Variant(
         "first_position",
@@ -465,6 +503,7 @@ _CLASSIFIER_BUGGY = [
         _forward(_KEEP + _X + _H + "        return self.head(h[:, 0])\n"),
         (T_CLASSIFIER,),
         "first position",
+        mistake="first-position-only",
     ),
     Variant(
         "no_pooling",
@@ -472,6 +511,7 @@ _CLASSIFIER_BUGGY = [
         _forward(_KEEP + _X + _H + "        return self.head(h)\n"),
         (T_CLASSIFIER,),
         "head ran on every position",
+        mistake="head-on-every-position",
     ),
     Variant(
         "head_on_wrong_axis",
@@ -479,6 +519,7 @@ _CLASSIFIER_BUGGY = [
         _forward(_KEEP + _X + _H + "        return self.head(h.mean(dim=-1))\n"),
         (T_CLASSIFIER,),
         "head is applied on the wrong axis",
+        mistake="pooled-over-features",
     ),
     Variant(
         "no_encoder_mask",
@@ -489,6 +530,7 @@ _CLASSIFIER_BUGGY = [
         ),
         (T_CLASSIFIER,),
         "without the padding mask",
+        mistake="no-mask-to-encoder",
     ),
     Variant(
         "encoder_mask_reversed",
@@ -499,6 +541,7 @@ _CLASSIFIER_BUGGY = [
         ),
         (T_CLASSIFIER,),
         "wrong polarity",
+        mistake="mask-reversed",
     ),
     Variant(
         "no_positions",
@@ -511,6 +554,7 @@ _CLASSIFIER_BUGGY = [
         ),
         (T_CLASSIFIER,),
         "no positional encoding",
+        mistake="no-positional-encoding",
     ),
     Variant(
         "softmax",
@@ -520,6 +564,7 @@ _CLASSIFIER_BUGGY = [
         ),
         (T_CLASSIFIER,),
         "not probabilities",
+        mistake="softmax-applied",
     ),
     Variant(
         "log_softmax",
@@ -529,6 +574,7 @@ _CLASSIFIER_BUGGY = [
         ),
         (T_CLASSIFIER,),
         "log_softmax is applied",
+        mistake="log-softmax-applied",
     ),
     Variant(
         "argmax",
@@ -536,6 +582,7 @@ _CLASSIFIER_BUGGY = [
         _forward(_KEEP + _X + _H + "        return self.head(masked_mean(h, keep)).argmax(-1)\n"),
         (T_CLASSIFIER,),
         "not predicted classes",
+        mistake="returns-classes",
     ),
     Variant(
         "eval_inside_forward",
@@ -549,6 +596,7 @@ _CLASSIFIER_BUGGY = [
         ),
         (T_CLASSIFIER,),
         "dropout is off in training mode",
+        mistake="eval-in-forward",
     ),
     Variant(
         "encoder_frozen",
@@ -560,6 +608,7 @@ _CLASSIFIER_BUGGY = [
         ),
         (T_CLASSIFIER,),
         "no gradient reaches self.encoder",
+        mistake="gradient-missing",
     ),
     Variant(
         "pad_id_zero",
@@ -572,6 +621,7 @@ _CLASSIFIER_BUGGY = [
         ),
         (T_CLASSIFIER,),
         "padding",
+        mistake="pad-id-hard-coded",
     ),
 ]
 

@@ -207,6 +207,7 @@ _CAUSAL_BUGGY = [
 """),
         (T_CAUSAL,),
         "wrong side of the diagonal",
+        mistake="causal-upper-triangle",
     ),
     Variant(
         "causal_without_diagonal",
@@ -219,6 +220,7 @@ _CAUSAL_BUGGY = [
 """),
         (T_CAUSAL,),
         "leaves out the diagonal",
+        mistake="causal-no-diagonal",
     ),
     Variant(
         "causal_one_step_ahead",
@@ -231,6 +233,7 @@ _CAUSAL_BUGGY = [
 """),
         (T_CAUSAL,),
         "looks at the future",
+        mistake="sees-the-future",
     ),
     Variant(
         "causal_inverted",
@@ -244,6 +247,7 @@ _CAUSAL_BUGGY = [
 """),
         (T_CAUSAL,),
         "wrong polarity",
+        mistake="causal-reversed",
     ),
     Variant(
         "causal_no_mask",
@@ -253,6 +257,7 @@ _CAUSAL_BUGGY = [
 """),
         (T_CAUSAL,),
         "no causal mask",
+        mistake="no-causal-mask",
     ),
     Variant(
         "causal_ignores_keep",
@@ -262,6 +267,7 @@ _CAUSAL_BUGGY = [
 """),
         (T_CAUSAL,),
         "ignores keep",
+        mistake="keep-ignored",
     ),
     Variant(
         "causal_only_padding_when_padded",
@@ -273,6 +279,7 @@ _CAUSAL_BUGGY = [
 """),
         (T_CAUSAL,),
         "ignores the causal part",
+        mistake="causal-part-ignored",
     ),
     Variant(
         "causal_or_padding",
@@ -285,6 +292,7 @@ _CAUSAL_BUGGY = [
 """),
         (T_CAUSAL,),
         "with | (or)",
+        mistake="masks-combined-with-or",
     ),
     Variant(
         "causal_padding_on_queries",
@@ -297,6 +305,7 @@ _CAUSAL_BUGGY = [
 """),
         (T_CAUSAL,),
         "applied to the queries",
+        mistake="padding-masks-queries",
     ),
     Variant(
         "causal_padding_inverted",
@@ -309,6 +318,7 @@ _CAUSAL_BUGGY = [
 """),
         (T_CAUSAL,),
         "padding mask has the wrong polarity",
+        mistake="keep-reversed",
     ),
     Variant(
         "causal_padding_not_reshaped",
@@ -321,6 +331,7 @@ _CAUSAL_BUGGY = [
 """),
         (T_CAUSAL,),
         "needs singleton axes for the heads and the queries, (B, 1, 1, L)",
+        mistake="mask-does-not-broadcast",
     ),
     Variant(
         "causal_float_mask",
@@ -333,6 +344,7 @@ _CAUSAL_BUGGY = [
 """),
         (T_CAUSAL,),
         "dtype=torch.bool",
+        mistake="mask-not-bool",
     ),
     Variant(
         "causal_length_from_batch_axis",
@@ -345,6 +357,7 @@ _CAUSAL_BUGGY = [
 """),
         (T_CAUSAL,),
         "must broadcast against the scores",
+        mistake="mask-does-not-broadcast",
     ),
     Variant(
         "causal_calls_attention_twice",
@@ -359,6 +372,7 @@ _CAUSAL_BUGGY = [
 """),
         (T_CAUSAL,),
         "calls attention 2 times",
+        mistake="attention-called-more-than-once",
     ),
     Variant(
         "causal_returns_output_only",
@@ -372,6 +386,7 @@ _CAUSAL_BUGGY = [
 """),
         (T_CAUSAL,),
         "must return the pair",
+        mistake="wrong-structure",
     ),
     Variant(
         "causal_without_weights",
@@ -384,6 +399,7 @@ _CAUSAL_BUGGY = [
 """),
         (T_CAUSAL,),
         "weights should be a torch.Tensor",
+        mistake="not-a-tensor",
     ),
     Variant(
         "calls_library_causal_mask",
@@ -395,6 +411,7 @@ _CAUSAL_BUGGY = [
 """),
         (T_CAUSAL,),
         "encoder_lib.masks.causal_mask",
+        mistake="forbidden-built-in",
     ),
 ]
 
@@ -466,6 +483,7 @@ _CROSS_BUGGY = [
 """),
         (T_CROSS,),
         "keys and values are taken from the decoder",
+        mistake="keys-values-from-decoder",
     ),
     Variant(
         "cross_values_from_decoder",
@@ -475,6 +493,7 @@ _CROSS_BUGGY = [
 """),
         (T_CROSS,),
         "values are taken from the decoder",
+        mistake="values-from-decoder",
     ),
     Variant(
         "cross_queries_from_memory",
@@ -484,6 +503,7 @@ _CROSS_BUGGY = [
 """),
         (T_CROSS,),
         "taken from memory",
+        mistake="queries-from-memory",
     ),
     Variant(
         "cross_keys_from_decoder",
@@ -493,6 +513,7 @@ _CROSS_BUGGY = [
 """),
         (T_CROSS,),
         "the keys are taken from the decoder",
+        mistake="keys-from-decoder",
     ),
     Variant(
         "cross_roles_swapped",
@@ -502,6 +523,7 @@ _CROSS_BUGGY = [
 """),
         (T_CROSS,),
         "other way round",
+        mistake="queries-and-keys-swapped",
     ),
     Variant(
         "cross_ignores_source_mask",
@@ -510,6 +532,7 @@ _CROSS_BUGGY = [
 """),
         (T_CROSS,),
         "ignores memory_keep",
+        mistake="memory-keep-ignored",
     ),
     Variant(
         "cross_source_mask_inverted",
@@ -519,6 +542,7 @@ _CROSS_BUGGY = [
 """),
         (T_CROSS,),
         "wrong polarity",
+        mistake="memory-keep-reversed",
     ),
     Variant(
         "cross_source_mask_on_queries",
@@ -528,6 +552,7 @@ _CROSS_BUGGY = [
 """),
         (T_CROSS,),
         "applied to the queries",
+        mistake="source-mask-on-queries",
     ),
     Variant(
         "cross_source_mask_not_reshaped",
@@ -536,6 +561,7 @@ _CROSS_BUGGY = [
 """),
         (T_CROSS,),
         "two singleton axes for the heads and the target positions, (B, 1, 1, L_src)",
+        mistake="memory-keep-shape-b-l",
     ),
     Variant(
         "cross_causal_mask_added",
@@ -548,6 +574,7 @@ _CROSS_BUGGY = [
 """),
         (T_CROSS,),
         "a causal mask is added",
+        mistake="causal-mask-in-cross-attention",
     ),
     Variant(
         "cross_calls_attention_twice",
@@ -559,6 +586,7 @@ _CROSS_BUGGY = [
 """),
         (T_CROSS,),
         "calls attention 2 times",
+        mistake="attention-called-more-than-once",
     ),
     Variant(
         "cross_assumes_a_mask",
@@ -567,6 +595,7 @@ _CROSS_BUGGY = [
 """),
         (T_CROSS,),
         "NoneType",
+        mistake="memory-keep-none-not-handled",
     ),
 ]
 
@@ -610,6 +639,7 @@ _LAYER_BUGGY = [
         _layer_forward(_POST, _POST),
         (T_LAYER,),
         "Is norm_first ignored?",
+        mistake="post-norm-instead-of-pre-norm",
     ),
     Variant(
         "layer_always_pre_norm",
@@ -617,6 +647,7 @@ _LAYER_BUGGY = [
         _layer_forward(_PRE, _PRE),
         (T_LAYER,),
         "normalises the input of each sub-layer (pre-norm)",
+        mistake="pre-norm-instead-of-post-norm",
     ),
     Variant(  # no catalogue entry: named by where it goes wrong (grading/locate.py)
         "layer_norm2_for_the_ffn_too",
@@ -624,6 +655,7 @@ _LAYER_BUGGY = [
         _layer_forward(_POST.replace("self.norm3(", "self.norm2("), _PRE),
         (T_LAYER,),
         "self.norm3 is never called, while self.norm2 is called twice",
+        mistake="part-never-called",
     ),
     Variant(
         "layer_norm_in_residual_branch",
@@ -637,6 +669,7 @@ _LAYER_BUGGY = [
         ),
         (T_LAYER,),
         "inside the residual branch",
+        mistake="norm-in-residual-branch",
     ),
     Variant(
         "layer_prenorm_normalised_skip",
@@ -653,6 +686,7 @@ _LAYER_BUGGY = [
         ),
         (T_LAYER,),
         "the residual adds the normalised x",
+        mistake="normalised-skip",
     ),
     Variant(
         "layer_prenorm_normalises_memory",
@@ -666,6 +700,7 @@ _LAYER_BUGGY = [
         ),
         (T_LAYER,),
         "normalises memory too",
+        mistake="memory-normalised",
     ),
     Variant(
         "layer_no_residual",
@@ -682,6 +717,7 @@ _LAYER_BUGGY = [
         ),
         (T_LAYER,),
         "there is no residual",
+        mistake="no-residual",
     ),
     Variant(
         "layer_no_residual_around_cross_attention",
@@ -698,6 +734,7 @@ _LAYER_BUGGY = [
         ),
         (T_LAYER,),
         "around the cross-attention is missing",
+        mistake="no-residual-around-a-sublayer",
     ),
     Variant(
         "layer_no_residual_around_self_attention",
@@ -712,6 +749,7 @@ _LAYER_BUGGY = [
         ),
         (T_LAYER,),
         "around the self-attention is missing",
+        mistake="no-residual-around-a-sublayer",
     ),
     Variant(
         "layer_no_residual_around_ffn",
@@ -722,6 +760,7 @@ _LAYER_BUGGY = [
         ),
         (T_LAYER,),
         "around the feed-forward network is missing",
+        mistake="no-residual-around-a-sublayer",
     ),
     Variant(
         "layer_no_activation",
@@ -738,6 +777,7 @@ _LAYER_BUGGY = [
         ),
         (T_LAYER,),
         "no activation",
+        mistake="no-activation",
     ),
     Variant(
         "layer_cross_attention_first",
@@ -754,6 +794,7 @@ _LAYER_BUGGY = [
         ),
         (T_LAYER,),
         "wrong order",
+        mistake="sublayers-out-of-order",
     ),
     Variant(
         "layer_cross_queries_from_the_input",
@@ -770,6 +811,7 @@ _LAYER_BUGGY = [
         ),
         (T_LAYER,),
         "queries come from the layer's input",
+        mistake="stale-query",
     ),
     Variant(
         "layer_keys_and_values_from_decoder",
@@ -787,6 +829,7 @@ _LAYER_BUGGY = [
         ),
         (T_LAYER,),
         "keys and values from the decoder",
+        mistake="cross-keys-from-decoder",
     ),
     Variant(
         "layer_ignores_tgt_mask",
@@ -797,6 +840,7 @@ _LAYER_BUGGY = [
         ),
         (T_LAYER,),
         "ignores tgt_mask",
+        mistake="tgt-mask-ignored",
     ),
     Variant(
         "layer_ignores_memory_mask",
@@ -807,6 +851,7 @@ _LAYER_BUGGY = [
         ),
         (T_LAYER,),
         "ignores memory_mask",
+        mistake="memory-mask-ignored",
     ),
     Variant(
         "layer_swaps_the_masks",
@@ -823,6 +868,7 @@ _LAYER_BUGGY = [
         ),
         (T_LAYER,),
         "the masks are swapped",
+        mistake="masks-swapped",
     ),
     Variant(
         "layer_inverts_tgt_mask",
@@ -833,6 +879,7 @@ _LAYER_BUGGY = [
         ),
         (T_LAYER,),
         "inverts tgt_mask",
+        mistake="tgt-mask-inverted",
     ),
     Variant(
         "layer_inverts_memory_mask",
@@ -843,6 +890,7 @@ _LAYER_BUGGY = [
         ),
         (T_LAYER,),
         "inverts memory_mask",
+        mistake="memory-mask-inverted",
     ),
     Variant(
         "layer_masks_swallowed_by_kwargs",
@@ -854,6 +902,7 @@ _LAYER_BUGGY = [
         ),
         (T_LAYER,),
         "looks at the future",
+        mistake="sees-the-future",
     ),
     Variant(
         "layer_tuple_not_unpacked",
@@ -875,6 +924,7 @@ _LAYER_BUGGY = [
         ),
         (T_LAYER,),
         "unpack it",
+        mistake="attention-pair-not-unpacked",
     ),
     # Training mode: right in eval mode, dropout missing or misplaced.
     Variant(
@@ -887,6 +937,7 @@ _LAYER_BUGGY = [
         .replace("self.dropout(self.activation", "(self.activation"),
         (T_LAYER,),
         "dropout is missing in training",
+        mistake="dropout-missing",
     ),
     Variant(
         "layer_no_dropout2",
@@ -894,6 +945,7 @@ _LAYER_BUGGY = [
         _layer_forward(_POST, _PRE).replace("self.dropout2(", "("),
         (T_LAYER,),
         "no dropout on the cross-attention's output",
+        mistake="dropout-missing-at-one-site",
     ),
     Variant(
         "layer_no_hidden_dropout",
@@ -901,6 +953,7 @@ _LAYER_BUGGY = [
         _layer_forward(_POST, _PRE).replace("self.dropout(self.activation", "(self.activation"),
         (T_LAYER,),
         "no dropout on the FFN's hidden units",
+        mistake="dropout-missing-at-one-site",
     ),
     Variant(
         "layer_dropout_on_sublayer_inputs",
@@ -927,6 +980,7 @@ _LAYER_BUGGY = [
         ),
         (T_LAYER,),
         "dropout is in the wrong place in every sub-layer",
+        mistake="dropout-on-sublayer-input",
     ),
     Variant(
         "layer_dropout_after_norm",
@@ -947,6 +1001,7 @@ _LAYER_BUGGY = [
         ),
         (T_LAYER,),
         "after the norm",
+        mistake="dropout-after-norm",
     ),
     Variant(
         "layer_functional_dropout_in_eval",
@@ -956,6 +1011,7 @@ _LAYER_BUGGY = [
         ),
         (T_LAYER,),
         "still active in eval mode",
+        mistake="dropout-in-eval",
     ),
     *(
         Variant(f"layer_dropout_{name}", LAYER, _layer_dropouts(places, hidden), (T_LAYER,), says)
@@ -1090,6 +1146,7 @@ _LAYER_BUGGY = [
         ),
         (T_LAYER,),
         "nn.TransformerDecoderLayer",
+        mistake="forbidden-built-in",
     ),
     Variant(
         "uses_library_decoder_layer",
@@ -1106,6 +1163,7 @@ _LAYER_BUGGY = [
         ),
         (T_LAYER,),
         "encoder_lib.decoder.DecoderLayer",
+        mistake="forbidden-built-in",
     ),
 ]
 
@@ -1239,6 +1297,7 @@ _GREEDY_BUGGY = [
 """),
         (T_GREEDY,),
         "feeds the whole target at once",
+        mistake="whole-target-at-once",
     ),
     Variant(
         "greedy_whole_target_unpadded",
@@ -1249,6 +1308,7 @@ _GREEDY_BUGGY = [
 """),
         (T_GREEDY,),
         "Pad the places after <end> too",
+        mistake="whole-target-at-once",
     ),
     Variant(
         "greedy_reads_the_first_position",
@@ -1265,6 +1325,7 @@ _GREEDY_BUGGY = [
 """),
         (T_GREEDY,),
         "predicts the token after <start> again",
+        mistake="reads-the-first-position",
     ),
     Variant(
         "greedy_never_feeds_back",
@@ -1281,6 +1342,7 @@ _GREEDY_BUGGY = [
 """),
         (T_GREEDY,),
         "never feeds its predictions back",
+        mistake="reads-the-first-position",
     ),
     Variant(
         "greedy_feeds_only_the_last_token",
@@ -1297,6 +1359,7 @@ _GREEDY_BUGGY = [
 """),
         (T_GREEDY,),
         "only the last token",
+        mistake="feeds-only-the-last-token",
     ),
     Variant(
         "greedy_no_padding_after_end",
@@ -1309,6 +1372,7 @@ _GREEDY_BUGGY = [
 """),
         (T_GREEDY,),
         "not padding",
+        mistake="no-padding-after-end",
     ),
     Variant(
         "greedy_pads_the_end_token_too",
@@ -1325,6 +1389,7 @@ _GREEDY_BUGGY = [
 """),
         (T_GREEDY,),
         "replaces <end> itself",
+        mistake="end-replaced-by-padding",
     ),
     Variant(
         "greedy_stops_at_the_first_end",
@@ -1343,6 +1408,7 @@ _GREEDY_BUGGY = [
 """),
         (T_GREEDY,),
         "stops when the first sequence has finished",
+        mistake="stops-at-the-first-end",
     ),
     Variant(
         "greedy_hard_coded_ids",
@@ -1358,6 +1424,7 @@ _GREEDY_BUGGY = [
 """),
         (T_GREEDY,),
         "ignores start_id, end_id and pad_id",
+        mistake="ignores-special-ids",
     ),
     *(
         Variant(
@@ -1395,6 +1462,7 @@ _GREEDY_BUGGY = [
 """),
         (T_GREEDY,),
         "returns <start> as well",
+        mistake="returns-start-token",
     ),
     Variant(
         "greedy_one_token_short",
@@ -1410,6 +1478,7 @@ _GREEDY_BUGGY = [
 """),
         (T_GREEDY,),
         "One token short",
+        mistake="one-token-short",
     ),
     Variant(
         "greedy_float_ids",
@@ -1423,6 +1492,7 @@ _GREEDY_BUGGY = [
 """),
         (T_GREEDY,),
         "integer",
+        mistake="ids-not-integers",
     ),
 ]
 
@@ -1483,3 +1553,31 @@ _GREEDY_CORRECT = [
 
 BUGGY = _CAUSAL_BUGGY + _CROSS_BUGGY + _LAYER_BUGGY + _GREEDY_BUGGY
 CORRECT = _CAUSAL_CORRECT + _CROSS_CORRECT + _LAYER_CORRECT + _GREEDY_CORRECT
+
+
+MISTAKES = {
+    ("decoder_layer", "layer_dropout_on_residual_sums"): "dropout-on-residual-sum",
+    ("decoder_layer", "layer_dropout_on_self_attention_input"): "dropout-on-sublayer-input",
+    ("decoder_layer", "layer_dropout_after_cross_attention_norm"): "dropout-after-norm",
+    ("decoder_layer", "layer_dropout_on_ffn_residual_sum"): "dropout-on-residual-sum",
+    ("decoder_layer", "layer_dropout_on_ffn_input"): "dropout-on-sublayer-input",
+    ("decoder_layer", "layer_dropout_missing_on_self_attention"): "dropout-missing-at-one-site",
+    ("decoder_layer", "layer_dropout_missing_on_ffn_output"): "dropout-missing-at-one-site",
+    ("decoder_layer", "layer_dropout_functional_on_self_attention"): "dropout-in-eval",
+    ("decoder_layer", "layer_dropout_functional_on_ffn_output"): "dropout-in-eval",
+    ("decoder_layer", "layer_dropout_functional_default_on_hidden"): "dropout-in-eval",
+    ("decoder_layer", "layer_dropout_on_self_attention_residual_sum"): "dropout-on-residual-sum",
+    ("decoder_layer", "layer_dropout_after_self_attention_norm"): "dropout-after-norm",
+    ("decoder_layer", "layer_dropout_on_cross_attention_input"): "dropout-on-sublayer-input",
+    ("decoder_layer", "layer_dropout_on_cross_attention_residual_sum"): "dropout-on-residual-sum",
+    ("decoder_layer", "layer_dropout_after_ffn_norm"): "dropout-after-norm",
+    ("decoder_layer", "layer_dropout_functional_on_hidden"): "dropout-in-eval",
+    ("decoder_layer", "layer_dropout_functional_default_on_self_attention"): "dropout-in-eval",
+    ("decoder_layer", "layer_dropout_functional_default_on_cross_attention"): "dropout-in-eval",
+    ("decoder_layer", "layer_dropout_functional_default_on_ffn_output"): "dropout-in-eval",
+    ("greedy_decode", "greedy_hard_coded_start"): "ignores-start-id",
+    ("greedy_decode", "greedy_hard_coded_end"): "ignores-end-id",
+    ("greedy_decode", "greedy_hard_coded_pad"): "ignores-pad-id",
+}
+"""The mistake id of each buggy answer built from a table above: ``(cell, name)`` -> id
+(``variants.load`` gives it to the variant)."""

@@ -46,6 +46,7 @@ _MASK_BUGGY = [
         _mask_with(draws=_DRAWS.replace("token_ids >= first_word_id", "token_ids != 0")),
         (T_MASK,),
         "special tokens (<end>, <start>)",
+        mistake="special-tokens-chosen",
     ),
     Variant(
         "unknown_chosen",
@@ -53,6 +54,7 @@ _MASK_BUGGY = [
         _mask_with(draws=_DRAWS.replace("token_ids >= first_word_id", "token_ids > 2")),
         (T_MASK,),
         "special tokens (<unk>)",
+        mistake="special-tokens-chosen",
     ),
     Variant(
         "every_chosen_masked",
@@ -60,6 +62,7 @@ _MASK_BUGGY = [
         _mask_with(corrupt="    corrupted = torch.where(chosen, mask_id, token_ids)\n"),
         (T_MASK,),
         "every chosen token becomes <mask>",
+        mistake="every-chosen-masked",
     ),
     Variant(
         "no_random_replacement",
@@ -67,6 +70,7 @@ _MASK_BUGGY = [
         _mask_with(corrupt=_CORRUPT.splitlines(keepends=True)[0]),
         (T_MASK,),
         "no chosen token is replaced by a random word",
+        mistake="no-random-replacement",
     ),
     Variant(
         "nothing_kept",
@@ -74,6 +78,7 @@ _MASK_BUGGY = [
         _mask_with(corrupt=_CORRUPT.replace("(action < 0.9)", "(action < 1.0)")),
         (T_MASK,),
         "keep their original id",
+        mistake="wrong-kept-share",
     ),
     Variant(
         "labels_everywhere",
@@ -81,6 +86,7 @@ _MASK_BUGGY = [
         _mask_with(labels="    labels = token_ids.clone()\n"),
         (T_MASK,),
         "original id at every position",
+        mistake="labels-everywhere",
     ),
     Variant(
         "labels_zero",
@@ -88,6 +94,7 @@ _MASK_BUGGY = [
         _mask_with(labels="    labels = torch.where(chosen, token_ids, 0)\n"),
         (T_MASK,),
         "0 is the id of <pad>",
+        mistake="labels-zero",
     ),
     Variant(
         "labels_corrupted",
@@ -95,6 +102,7 @@ _MASK_BUGGY = [
         _mask_with(labels="    labels = torch.where(chosen, corrupted, -100)\n"),
         (T_MASK,),
         "labels hold the corrupted ids",
+        mistake="labels-corrupted",
     ),
     Variant(
         "random_special",
@@ -102,6 +110,7 @@ _MASK_BUGGY = [
         _mask_with(draws=_DRAWS.replace("randint(first_word_id,", "randint(0,")),
         (T_MASK,),
         "outside the ordinary words",
+        mistake="random-ids-outside-words",
     ),
     Variant(
         "global_generator",
@@ -113,6 +122,7 @@ _MASK_BUGGY = [
         ),
         (T_MASK,),
         "torch's global generator",
+        mistake="global-generator",
     ),
     Variant(
         "fixed_p",
@@ -120,6 +130,7 @@ _MASK_BUGGY = [
         _mask_with(draws=_DRAWS.replace("< p)", "< 0.15)")),
         (T_MASK,),
         "with probability p = 0.5",
+        mistake="wrong-choice-rate",
     ),
     Variant(
         "fixed_mask_id",
@@ -127,6 +138,7 @@ _MASK_BUGGY = [
         _mask_with(corrupt=_CORRUPT.replace("mask_id, token_ids", "4, token_ids")),
         (T_MASK,),
         "not with mask_id",
+        mistake="mask-id-hard-coded",
     ),
     Variant(
         "fixed_count",
@@ -143,6 +155,7 @@ _MASK_BUGGY = [
         ),
         (T_MASK,),
         "fixed count",
+        mistake="fixed-count",
     ),
     Variant(
         "in_place",
@@ -157,6 +170,7 @@ _MASK_BUGGY = [
         ),
         (T_MASK,),
         "changed its input in place",
+        mistake="in-place",
     ),
     Variant(
         "float_ids",
@@ -164,6 +178,7 @@ _MASK_BUGGY = [
         _mask_with().replace(_RETURN, "    return corrupted.float(), labels\n"),
         (T_MASK,),
         "int64",
+        mistake="dtype",
     ),
     Variant(
         "not_random",
@@ -179,6 +194,7 @@ _MASK_BUGGY = [
         ),
         (T_MASK,),
         "every sentence gets the same share",
+        mistake="fixed-count",
     ),
 ]
 
@@ -294,6 +310,7 @@ _MODEL_BUGGY = [
         ),
         (T_MODEL,),
         "softmax is applied",
+        mistake="softmax-applied",
     ),
     Variant(
         "log_softmax",
@@ -303,6 +320,7 @@ _MODEL_BUGGY = [
         ),
         (T_MODEL,),
         "log_softmax is applied",
+        mistake="log-softmax-applied",
     ),
     Variant(
         "no_transform",
@@ -310,6 +328,7 @@ _MODEL_BUGGY = [
         _forward(_H + "        return h @ self.embedding.weight.T + self.bias\n"),
         (T_MODEL,),
         "transform is skipped",
+        mistake="no-transform",
     ),
     Variant(
         "norm_before_gelu",
@@ -320,6 +339,7 @@ _MODEL_BUGGY = [
         ),
         (T_MODEL,),
         "wrong order",
+        mistake="norm-before-gelu",
     ),
     Variant(
         "relu",
@@ -330,6 +350,7 @@ _MODEL_BUGGY = [
         ),
         (T_MODEL,),
         "uses ReLU",
+        mistake="relu-not-gelu",
     ),
     Variant(
         "no_norm",
@@ -340,6 +361,7 @@ _MODEL_BUGGY = [
         ),
         (T_MODEL,),
         "has no norm",
+        mistake="no-norm",
     ),
     Variant(
         "no_gelu",
@@ -350,6 +372,7 @@ _MODEL_BUGGY = [
         ),
         (T_MODEL,),
         "no GELU",
+        mistake="no-gelu",
     ),
     Variant(
         "no_bias",
@@ -357,6 +380,7 @@ _MODEL_BUGGY = [
         _forward(_H + _X + "        return x @ self.embedding.weight.T\n"),
         (T_MODEL,),
         "self.bias is not added",
+        mistake="no-output-bias",
     ),
     Variant(
         "detached_tie",
@@ -364,6 +388,7 @@ _MODEL_BUGGY = [
         _forward(_H + _X + "        return x @ self.embedding.weight.detach().T + self.bias\n"),
         (T_MODEL,),
         "detached copy of the embedding",
+        mistake="detached-tie",
     ),
     Variant(
         "not_transposed",
@@ -371,6 +396,7 @@ _MODEL_BUGGY = [
         _forward(_H + _X + "        return x @ self.embedding.weight + self.bias\n"),
         (T_MODEL,),
         "multiply by its transpose",
+        mistake="embedding-not-transposed",
     ),
     Variant(
         "classes_first",
@@ -381,6 +407,7 @@ _MODEL_BUGGY = [
         ),
         (T_MODEL,),
         "(B, V, L)",
+        mistake="vocabulary-axis-not-last",
     ),
     Variant(
         "no_padding_mask",
@@ -392,6 +419,7 @@ _MODEL_BUGGY = [
         ),
         (T_MODEL,),
         "without the padding mask",
+        mistake="no-padding-mask",
     ),
     Variant(
         "eval_in_forward",
@@ -404,6 +432,7 @@ _MODEL_BUGGY = [
         ),
         (T_MODEL,),
         "dropout is off in training mode",
+        mistake="eval-in-forward",
     ),
 ]
 
@@ -454,6 +483,7 @@ _LOSS_BUGGY = [
         _loss(_PICK + "    return -(picked * chosen).mean()\n"),
         (T_LOSS,),
         "divides by every position",
+        mistake="mean-over-all-positions",
     ),
     Variant(
         "mean_of_sentence_means",
@@ -461,6 +491,7 @@ _LOSS_BUGGY = [
         _loss(_PICK + "    return (-(picked * chosen).sum(1) / chosen.sum(1)).mean()\n"),
         (T_LOSS,),
         "averages each sentence",
+        mistake="mean-of-sentence-means",
     ),
     Variant(
         "sum",
@@ -468,6 +499,7 @@ _LOSS_BUGGY = [
         _loss(_PICK + "    return -(picked * chosen).sum()\n"),
         (T_LOSS,),
         "returns the sum",
+        mistake="sum-not-mean",
     ),
     Variant(
         "ignored_positions_counted",
@@ -475,6 +507,7 @@ _LOSS_BUGGY = [
         _loss(_PICK + "    return -picked.mean()\n"),
         (T_LOSS,),
         "are scored too",
+        mistake="ignored-positions-counted",
     ),
     Variant(
         "positive_sign",
@@ -482,6 +515,7 @@ _LOSS_BUGGY = [
         _loss(_PICK + "    return (picked * chosen).sum() / chosen.sum()\n"),
         (T_LOSS,),
         "sign is wrong",
+        mistake="positive-sign",
     ),
     Variant(
         "log_of_logits",
@@ -493,6 +527,7 @@ _LOSS_BUGGY = [
         ),
         (T_LOSS,),
         "NaN",
+        mistake="loss-is-nan",
     ),
     Variant(
         "softmax_first",
@@ -503,6 +538,7 @@ _LOSS_BUGGY = [
         ),
         (T_LOSS,),
         "softmax before log_softmax",
+        mistake="softmax-before-log-softmax",
     ),
     Variant(
         "wrong_axis",
@@ -513,6 +549,7 @@ _LOSS_BUGGY = [
         ),
         (T_LOSS,),
         "wrong axis",
+        mistake="log-softmax-wrong-axis",
     ),
     Variant(
         "raw_logits_as_log_probabilities",
@@ -547,6 +584,7 @@ _LOSS_BUGGY = [
         ),
         (T_LOSS,),
         "-100 is no index",
+        mistake="ignore-index-used-as-index",
     ),
     Variant(
         "cross_entropy",
@@ -557,6 +595,7 @@ _LOSS_BUGGY = [
         ),
         (T_LOSS,),
         "F.cross_entropy",
+        mistake="forbidden-built-in",
     ),
     Variant(
         "item",
@@ -564,6 +603,7 @@ _LOSS_BUGGY = [
         _loss(_PICK + "    return (-(picked * chosen).sum() / chosen.sum()).item()\n"),
         (T_LOSS,),
         "should be a torch.Tensor",
+        mistake="not-a-tensor",
     ),
     Variant(
         "detached",
@@ -571,6 +611,7 @@ _LOSS_BUGGY = [
         _loss(_PICK + "    return (-(picked * chosen).sum() / chosen.sum()).detach()\n"),
         (T_LOSS,),
         "does not require grad",
+        mistake="no-grad",
     ),
 ]
 
@@ -623,6 +664,7 @@ _FILL_BUGGY = [
         _fill(_AT + "    return at_masks.topk(k, dim=-1).indices\n"),
         (T_FILL,),
         "special tokens are among the candidates",
+        mistake="special-tokens-ranked",
     ),
     Variant(
         "no_offset",
@@ -630,6 +672,7 @@ _FILL_BUGGY = [
         _fill(_AT + "    return at_masks[:, first_word_id:].topk(k, dim=-1).indices\n"),
         (T_FILL,),
         "counted from first_word_id",
+        mistake="ids-from-zero",
     ),
     Variant(
         "least_likely",
@@ -640,6 +683,7 @@ _FILL_BUGGY = [
         ),
         (T_FILL,),
         "least likely",
+        mistake="least-likely",
     ),
     Variant(
         "least_likely_first",
@@ -695,6 +739,7 @@ _FILL_BUGGY = [
         _fill(_AT + "    return at_masks[:, first_word_id:].topk(k, dim=-1).values\n"),
         (T_FILL,),
         "not the scores",
+        mistake="dtype",
     ),
     Variant(
         "argmax_only",
@@ -702,6 +747,7 @@ _FILL_BUGGY = [
         _fill(_AT + "    return at_masks[:, first_word_id:].argmax(dim=-1) + first_word_id\n"),
         (T_FILL,),
         "the k best",
+        mistake="one-id-per-mask",
     ),
     Variant(
         "fixed_mask_id",
@@ -712,6 +758,7 @@ _FILL_BUGGY = [
         ),
         (T_FILL,),
         "look for mask_id",
+        mistake="mask-id-hard-coded",
     ),
 ]
 

@@ -130,6 +130,7 @@ _RMS_BUGGY = [
         ),
         (T_RMS,),
         "that is LayerNorm",
+        mistake="layer-norm-not-rms-norm",
     ),
     Variant(
         "eps_outside",
@@ -137,6 +138,7 @@ _RMS_BUGGY = [
         _rms("    return x / (x.pow(2).mean(dim=-1, keepdim=True).sqrt() + eps) * weight\n"),
         (T_RMS,),
         "outside the square root",
+        mistake="eps-outside-sqrt",
     ),
     Variant(
         "no_eps",
@@ -144,6 +146,7 @@ _RMS_BUGGY = [
         _rms("    return x / x.pow(2).mean(dim=-1, keepdim=True).sqrt() * weight\n"),
         (T_RMS,),
         "it has no eps",
+        mistake="no-eps",
     ),
     Variant(
         "eps_hard_coded",
@@ -151,6 +154,7 @@ _RMS_BUGGY = [
         _rms("    return x / torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True) + 1e-6) * weight\n"),
         (T_RMS,),
         "ignores the eps argument",
+        mistake="eps-ignored",
     ),
     Variant(
         "sum_not_mean",
@@ -158,6 +162,7 @@ _RMS_BUGGY = [
         _rms("    return x / torch.sqrt(x.pow(2).sum(dim=-1, keepdim=True) + eps) * weight\n"),
         (T_RMS,),
         "sum of the squares",
+        mistake="sum-not-mean",
     ),
     Variant(
         "length_of_x",
@@ -165,6 +170,7 @@ _RMS_BUGGY = [
         _rms("    return x / x.norm(dim=-1, keepdim=True) * weight\n"),
         (T_RMS,),
         "root mean square of about 1",
+        mistake="wrong-scale",
     ),
     Variant(
         "divides_by_d_minus_one",
@@ -175,6 +181,7 @@ _RMS_BUGGY = [
         ),
         (T_RMS,),
         "by D - 1",
+        mistake="divides-by-d-minus-1",
     ),
     Variant(
         "no_square_root",
@@ -182,6 +189,7 @@ _RMS_BUGGY = [
         _rms("    return x / (x.pow(2).mean(dim=-1, keepdim=True) + eps) * weight\n"),
         (T_RMS,),
         "without the square root",
+        mistake="no-square-root",
     ),
     Variant(
         "mean_squared",
@@ -189,6 +197,7 @@ _RMS_BUGGY = [
         _rms("    return x / torch.sqrt(x.mean(dim=-1, keepdim=True) ** 2 + eps) * weight\n"),
         (T_RMS,),
         "squares the mean",
+        mistake="mean-squared",
     ),
     Variant(
         "mean_absolute_value",
@@ -196,6 +205,7 @@ _RMS_BUGGY = [
         _rms("    return x / (x.abs().mean(dim=-1, keepdim=True) + eps) * weight\n"),
         (T_RMS,),
         "mean absolute value",
+        mistake="mean-absolute-value",
     ),
     Variant(
         "weight_ignored",
@@ -203,6 +213,7 @@ _RMS_BUGGY = [
         _rms("    return x / torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps)\n"),
         (T_RMS,),
         "ignores weight",
+        mistake="no-weight",
     ),
     Variant(
         "weight_added",
@@ -210,6 +221,7 @@ _RMS_BUGGY = [
         _rms("    return x / torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps) + weight\n"),
         (T_RMS,),
         "adds weight",
+        mistake="weight-added",
     ),
     Variant(
         "weight_first",
@@ -220,6 +232,7 @@ _RMS_BUGGY = [
         ),
         (T_RMS,),
         "before normalising",
+        mistake="weight-first",
     ),
     Variant(
         "batch_axis",
@@ -227,6 +240,7 @@ _RMS_BUGGY = [
         _rms("    return x / torch.sqrt(x.pow(2).mean(dim=0, keepdim=True) + eps) * weight\n"),
         (T_RMS,),
         "the batch axis",
+        mistake="normalises-over-batch",
     ),
     Variant(
         "no_keepdim",
@@ -234,6 +248,7 @@ _RMS_BUGGY = [
         _rms("    return x / torch.sqrt(x.pow(2).mean(dim=-1) + eps) * weight\n"),
         (T_RMS,),
         "keepdim=True",
+        mistake="keepdim-dropped",
     ),
     Variant(
         "float32_result",
@@ -244,6 +259,7 @@ _RMS_BUGGY = [
         ),
         (T_RMS,),
         "keep the inputs' dtype",
+        mistake="dtype",
     ),
     Variant(
         "in_place",
@@ -251,6 +267,7 @@ _RMS_BUGGY = [
         _rms("    return x.div_(torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps)) * weight\n"),
         (T_RMS,),
         "in place",
+        mistake="in-place",
     ),
     Variant(
         "detached",
@@ -261,6 +278,7 @@ _RMS_BUGGY = [
         ),
         (T_RMS,),
         "after backward, x.grad is None",
+        mistake="gradient-missing",
     ),
 ]
 
@@ -308,6 +326,7 @@ _GATED_BUGGY = [
         _gate("self.dropout(self.activation(b) * a)"),
         (T_GATED,),
         "roles are swapped",
+        mistake="halves-swapped",
     ),
     Variant(
         "no_gate",
@@ -315,6 +334,7 @@ _GATED_BUGGY = [
         _gate("self.dropout(self.activation(a))"),
         (T_GATED,),
         "there is no gate",
+        mistake="no-gate",
     ),
     Variant(
         "both_activated",
@@ -322,6 +342,7 @@ _GATED_BUGGY = [
         _gate("self.dropout(self.activation(a) * self.activation(b))"),
         (T_GATED,),
         "applied to both halves",
+        mistake="both-activated",
     ),
     Variant(
         "activation_after_product",
@@ -329,6 +350,7 @@ _GATED_BUGGY = [
         _gate("self.dropout(self.activation(a * b))"),
         (T_GATED,),
         "after the product",
+        mistake="activation-after-product",
     ),
     Variant(
         "no_activation",
@@ -336,8 +358,16 @@ _GATED_BUGGY = [
         _gate("self.dropout(a * b)"),
         (T_GATED,),
         "there is no activation",
+        mistake="no-activation",
     ),
-    Variant("added", GATED, _gate("self.dropout(self.activation(a) + b)"), (T_GATED,), "are added"),
+    Variant(
+        "added",
+        GATED,
+        _gate("self.dropout(self.activation(a) + b)"),
+        (T_GATED,),
+        "are added",
+        mistake="halves-added",
+    ),
     Variant(
         "even_and_odd",
         GATED,
@@ -347,6 +377,7 @@ _GATED_BUGGY = [
         ),
         (T_GATED,),
         "even and odd",
+        mistake="even-and-odd",
     ),
     Variant(
         "glu",
@@ -354,14 +385,23 @@ _GATED_BUGGY = [
         _gated("        return self.wo(self.dropout(F.glu(self.wi(x), dim=-1)))\n"),
         (T_GATED,),
         "sigmoid gate",
+        mistake="glu-sigmoid-gate",
     ),
-    Variant("relu", GATED, _gate("self.dropout(F.relu(a) * b)"), (T_GATED,), "it uses ReLU"),
+    Variant(
+        "relu",
+        GATED,
+        _gate("self.dropout(F.relu(a) * b)"),
+        (T_GATED,),
+        "it uses ReLU",
+        mistake="relu-activation",
+    ),
     Variant(
         "always_gelu",
         GATED,
         _gate("self.dropout(F.gelu(a) * b)"),
         (T_GATED,),
         "GELU although activation='silu'",
+        mistake="always-gelu",
     ),
     Variant(
         "always_silu",
@@ -369,6 +409,7 @@ _GATED_BUGGY = [
         _gate("self.dropout(F.silu(a) * b)"),
         (T_GATED,),
         "SiLU although activation='gelu'",
+        mistake="always-silu",
     ),
     Variant(
         "gelu_tanh",
@@ -383,6 +424,7 @@ _GATED_BUGGY = [
         ),
         (T_GATED,),
         "tanh approximation",
+        mistake="gelu-tanh",
     ),
     Variant(
         "residual_added",
@@ -393,8 +435,16 @@ _GATED_BUGGY = [
         ),
         (T_GATED,),
         "residual connection",
+        mistake="residual-inside-ffn",
     ),
-    Variant("no_dropout", GATED, _gate("self.activation(a) * b"), (T_GATED,), "dropout is missing"),
+    Variant(
+        "no_dropout",
+        GATED,
+        _gate("self.activation(a) * b"),
+        (T_GATED,),
+        "dropout is missing",
+        mistake="dropout-missing",
+    ),
     Variant(
         "dropout_on_output",
         GATED,
@@ -404,6 +454,7 @@ _GATED_BUGGY = [
         ),
         (T_GATED,),
         "dropout acts on wo's output",
+        mistake="dropout-on-output",
     ),
     Variant(
         "dropout_on_input",
@@ -414,6 +465,7 @@ _GATED_BUGGY = [
         ),
         (T_GATED,),
         "applied to the input x",
+        mistake="dropout-on-input",
     ),
     Variant(
         "dropout_on_activated_half",
@@ -421,6 +473,7 @@ _GATED_BUGGY = [
         _gate("self.dropout(self.activation(a)) * b"),
         (T_GATED,),
         "activated half before the product",
+        mistake="dropout-on-activated-half",
     ),
     Variant(
         "dropout_twice",
@@ -428,6 +481,7 @@ _GATED_BUGGY = [
         _gate("self.dropout(self.dropout(self.activation(a) * b))"),
         (T_GATED,),
         "dropout twice",
+        mistake="dropout-twice",
     ),
     Variant(
         "dropout_in_eval",
@@ -435,6 +489,7 @@ _GATED_BUGGY = [
         _gate("F.dropout(self.activation(a) * b, self.dropout.p)"),
         (T_GATED,),
         "still active in eval mode",
+        mistake="dropout-in-eval",
     ),
     Variant(
         "float32_result",
@@ -445,6 +500,7 @@ _GATED_BUGGY = [
         ),
         (T_GATED,),
         "keep the inputs' dtype",
+        mistake="dtype",
     ),
 ]
 
@@ -507,6 +563,7 @@ _ROTARY_BUGGY = [
         _rotate("x1 * cos + x2 * sin", "x2 * cos - x1 * sin"),
         (T_ROTARY,),
         "rotates each pair the wrong way",
+        mistake="wrong-way",
     ),
     Variant(
         "always_halves",
@@ -517,6 +574,7 @@ _ROTARY_BUGGY = [
         ),
         (T_ROTARY,),
         "is it ignored?",
+        mistake="pairing-ignored",
     ),
     Variant(
         "always_adjacent",
@@ -528,6 +586,7 @@ _ROTARY_BUGGY = [
         ),
         (T_ROTARY,),
         "the 'adjacent' layout",
+        mistake="pairing-ignored",
     ),
     Variant(
         "pairings_swapped",
@@ -539,6 +598,7 @@ _ROTARY_BUGGY = [
         ),
         (T_ROTARY,),
         "pairing='halves' pairs feature i with feature i + d_head / 2",
+        mistake="pairing-ignored",
     ),
     Variant(
         "written_back_as_halves",
@@ -548,6 +608,7 @@ _ROTARY_BUGGY = [
         ),
         (T_ROTARY,),
         "writes the rotated pairs back in the 'halves' layout",
+        mistake="written-back-in-other-layout",
     ),
     Variant(
         "cos_and_sin_swapped",
@@ -555,6 +616,7 @@ _ROTARY_BUGGY = [
         _rotate("x1 * sin - x2 * cos", "x2 * sin + x1 * cos"),
         (T_ROTARY,),
         "cos and sin are swapped",
+        mistake="cos-and-sin-swapped",
     ),
     Variant(
         "no_sine",
@@ -562,6 +624,7 @@ _ROTARY_BUGGY = [
         _rotate("x1 * cos", "x2 * cos"),
         (T_ROTARY,),
         "there is no sine term",
+        mistake="no-sine",
     ),
     Variant(
         "both_plus",
@@ -569,6 +632,7 @@ _ROTARY_BUGGY = [
         _rotate("x1 * cos + x2 * sin", "x2 * cos + x1 * sin"),
         (T_ROTARY,),
         "a plus sign in both features",
+        mistake="both-plus",
     ),
     Variant(
         "outputs_swapped",
@@ -576,6 +640,7 @@ _ROTARY_BUGGY = [
         _rotate("x2 * cos + x1 * sin", "x1 * cos - x2 * sin"),
         (T_ROTARY,),
         "written back swapped",
+        mistake="outputs-swapped",
     ),
     Variant(
         "rotate_half_repeat_interleave",
@@ -592,6 +657,7 @@ _ROTARY_BUGGY = [
         ),
         (T_ROTARY,),
         "spread over the d_head features in the 'adjacent' way",
+        mistake="angles-spread-wrongly",
     ),
     Variant(
         "rotate_half_sign",
@@ -606,6 +672,7 @@ _ROTARY_BUGGY = [
         ),
         (T_ROTARY,),
         "rotates each pair the wrong way",
+        mistake="wrong-way",
     ),
     Variant(
         "in_place",
@@ -624,6 +691,7 @@ _ROTARY_BUGGY = [
         ),
         (T_ROTARY,),
         "in place",
+        mistake="in-place",
     ),
 ]
 
@@ -705,6 +773,7 @@ _WINDOW_BUGGY = [
         also_says=(
             ("test_modern_encoder_layer", "this comes from your sliding_window_mask (exercise 4)"),
         ),
+        mistake="off-by-one",
     ),
     Variant(
         "window_as_half_width",
@@ -712,6 +781,7 @@ _WINDOW_BUGGY = [
         _band("offset.abs() <= window"),
         (T_WINDOW, T_LAYER),
         "takes window as the half-width",
+        mistake="window-as-half-width",
     ),
     Variant(
         "keys_before_only",
@@ -719,6 +789,7 @@ _WINDOW_BUGGY = [
         _band("(offset >= 0) & (offset <= window // 2)"),
         (T_WINDOW, T_LAYER),
         "only lets a query see the keys before it",
+        mistake="keys-before-only",
     ),
     Variant(
         "keys_after_only",
@@ -726,6 +797,7 @@ _WINDOW_BUGGY = [
         _band("(offset <= 0) & (offset >= -(window // 2))"),
         (T_WINDOW, T_LAYER),
         "only lets a query see the keys after it",
+        mistake="keys-after-only",
     ),
     Variant(
         "one_sided_triangles",
@@ -733,6 +805,7 @@ _WINDOW_BUGGY = [
         _window("    return torch.ones(length, length, dtype=torch.bool).tril().triu(-window)\n"),
         (T_WINDOW, T_LAYER),
         "one-sided",
+        mistake="one-sided",
     ),
     Variant(
         "less_than_window",
@@ -740,6 +813,7 @@ _WINDOW_BUGGY = [
         _band("offset.abs() < window"),
         (T_WINDOW, T_LAYER),
         "up to window - 1",
+        mistake="less-than-window",
     ),
     Variant(
         "polarity_reversed",
@@ -747,6 +821,7 @@ _WINDOW_BUGGY = [
         _band("offset.abs() > window // 2"),
         (T_WINDOW, T_LAYER),
         "wrong polarity",
+        mistake="polarity-reversed",
     ),
     Variant(
         "float_mask",
@@ -754,6 +829,7 @@ _WINDOW_BUGGY = [
         _band("(offset.abs() <= window // 2).float()"),
         (T_WINDOW, T_LAYER),
         "must be boolean",
+        mistake="dtype",
     ),
     Variant(
         "batched",
@@ -761,6 +837,7 @@ _WINDOW_BUGGY = [
         _band("(offset.abs() <= window // 2)[None]"),
         (T_WINDOW,),
         "plain (L, L) mask",
+        mistake="mask-not-plain",
     ),
 ]
 
@@ -810,6 +887,7 @@ _LAYER_BUGGY = [
         ),
         (T_LAYER,),
         "post-norm",
+        mistake="post-norm",
     ),
     Variant(
         "normalised_skip",
@@ -825,6 +903,7 @@ _LAYER_BUGGY = [
         ),
         (T_LAYER,),
         "residual adds the normalised x",
+        mistake="normalised-skip",
     ),
     Variant(
         "norm1_twice",
@@ -832,6 +911,7 @@ _LAYER_BUGGY = [
         _layer_with("self.ffn(self.norm2(x))", "self.ffn(self.norm1(x))"),
         (T_LAYER,),
         "uses norm1 before the feed-forward network too",
+        mistake="norm1-twice",
     ),
     Variant(
         "no_residual_around_attention",
@@ -842,6 +922,7 @@ _LAYER_BUGGY = [
         ),
         (T_LAYER,),
         "around the attention is missing",
+        mistake="no-residual-around-attention",
     ),
     Variant(
         "no_residual_around_ffn",
@@ -852,6 +933,7 @@ _LAYER_BUGGY = [
         ),
         (T_LAYER,),
         "around the feed-forward network is missing",
+        mistake="no-residual-around-ffn",
     ),
     Variant(
         "queries_only_rotated",
@@ -859,6 +941,7 @@ _LAYER_BUGGY = [
         _layer_with(_ROTATE, "        q, _ = self.rotary(q, k)\n"),
         (T_LAYER,),
         "only the queries are rotated",
+        mistake="queries-only-rotated",
     ),
     Variant(
         "values_rotated",
@@ -866,6 +949,7 @@ _LAYER_BUGGY = [
         _layer_with(_ROTATE, _ROTATE + "        v, _ = self.rotary(v, v)\n"),
         (T_LAYER,),
         "the values are rotated too",
+        mistake="values-rotated",
     ),
     Variant(
         "no_rotary",
@@ -873,6 +957,7 @@ _LAYER_BUGGY = [
         _layer_with(_ROTATE, ""),
         (T_LAYER,),
         "there are no rotary positions",
+        mistake="no-rotary",
     ),
     Variant(
         "output_rotated",
@@ -887,6 +972,7 @@ _LAYER_BUGGY = [
         ),
         (T_LAYER,),
         "rotates the attention's output",
+        mistake="output-rotated",
     ),
     Variant(
         "mask_or_window",
@@ -894,6 +980,7 @@ _LAYER_BUGGY = [
         _layer_with("mask & band", "mask | band"),
         (T_LAYER,),
         "with OR",
+        mistake="mask-or-window",
     ),
     Variant(
         "window_ignored",
@@ -906,6 +993,7 @@ _LAYER_BUGGY = [
         ),
         (T_LAYER,),
         "the window is ignored",
+        mistake="window-ignored",
     ),
     Variant(
         "padding_ignored_in_local_layers",
@@ -913,6 +1001,7 @@ _LAYER_BUGGY = [
         _layer_with("band if mask is None else mask & band", "band"),
         (T_LAYER,),
         "ignores the padding mask",
+        mistake="padding-ignored",
     ),
     Variant(
         "mask_inverted",
@@ -920,6 +1009,7 @@ _LAYER_BUGGY = [
         _layer_with("attn_mask=mask", "attn_mask=None if mask is None else ~mask"),
         (T_LAYER,),
         "inverts the padding mask",
+        mistake="mask-inverted",
     ),
     Variant(
         "own_band_off_by_one",
@@ -931,6 +1021,7 @@ _LAYER_BUGGY = [
         ),
         (T_LAYER,),
         "check exercise 4 first",
+        mistake="band-off-by-one",
     ),
     Variant(
         "heads_without_transpose",
@@ -944,6 +1035,7 @@ _LAYER_BUGGY = [
         ),
         (T_LAYER,),
         "plain reshape",
+        mistake="heads-without-transpose",
     ),
     Variant(
         "scaled_by_sqrt_d_model",
@@ -951,6 +1043,7 @@ _LAYER_BUGGY = [
         _layer_with("attn_mask=mask, dropout_p=p)", "attn_mask=mask, dropout_p=p, scale=D**-0.5)"),
         (T_LAYER,),
         "sqrt(D)",
+        mistake="scaled-by-sqrt-d-model",
     ),
     Variant(
         "no_attention_dropout",
@@ -958,6 +1051,7 @@ _LAYER_BUGGY = [
         _layer_with("dropout_p=p", "dropout_p=0.0"),
         (T_LAYER,),
         "the attention weights get no dropout",
+        mistake="no-attention-dropout",
     ),
     Variant(
         "attention_dropout_in_eval",
@@ -965,6 +1059,7 @@ _LAYER_BUGGY = [
         _layer_with("dropout_p=p", "dropout_p=self.attn_dropout"),
         (T_LAYER,),
         "in eval mode too",
+        mistake="attention-dropout-in-eval",
     ),
     Variant(
         "no_dropout1",
@@ -972,6 +1067,7 @@ _LAYER_BUGGY = [
         _layer_with("self.dropout1(self.out_proj(attended))", "self.out_proj(attended)"),
         (T_LAYER,),
         "self.dropout1",
+        mistake="no-dropout1",
     ),
     Variant(
         "no_dropout2",
@@ -979,6 +1075,7 @@ _LAYER_BUGGY = [
         _layer_with("self.dropout2(self.ffn(self.norm2(x)))", "self.ffn(self.norm2(x))"),
         (T_LAYER,),
         "self.dropout2",
+        mistake="no-dropout2",
     ),
     Variant(
         "no_dropout_at_all",
@@ -993,6 +1090,7 @@ _LAYER_BUGGY = [
         ),
         (T_LAYER,),
         "applies no dropout in training mode",
+        mistake="no-dropout-at-all",
     ),
 ]
 

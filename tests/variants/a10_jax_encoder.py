@@ -161,6 +161,7 @@ _DROPOUT_BUGGY = [
         ),
         (T_DROP,),
         "not rescaled",
+        mistake="not-rescaled",
     ),
     Variant(
         "divides_by_rate",
@@ -171,6 +172,7 @@ _DROPOUT_BUGGY = [
         ),
         (T_DROP,),
         "divided by rate",
+        mistake="divided-by-rate",
     ),
     Variant(
         "multiplies_by_keep_probability",
@@ -181,6 +183,7 @@ _DROPOUT_BUGGY = [
         ),
         (T_DROP,),
         "multiplied by 1 - rate",
+        mistake="multiplied-by-keep",
     ),
     Variant(
         "keeps_with_probability_rate",
@@ -191,6 +194,7 @@ _DROPOUT_BUGGY = [
         ),
         (T_DROP,),
         "probability of dropping",
+        mistake="keeps-with-probability-rate",
     ),
     Variant(
         "active_when_deterministic",
@@ -202,6 +206,7 @@ _DROPOUT_BUGGY = [
         ),
         (T_DROP,),
         "deterministic=True",
+        mistake="active-when-deterministic",
     ),
     Variant(
         "fixed_key_inside",
@@ -212,6 +217,7 @@ _DROPOUT_BUGGY = [
         ),
         (T_DROP,),
         "two different keys dropped the same elements",
+        mistake="ignores-key",
     ),
     Variant(
         "numpy_randomness",
@@ -223,6 +229,7 @@ _DROPOUT_BUGGY = [
         ),
         (T_DROP,),
         "the same key gave two different masks",
+        mistake="not-from-key",
     ),
     Variant(
         "nan_at_rate_one",
@@ -234,6 +241,7 @@ _DROPOUT_BUGGY = [
         ),
         (T_DROP,),
         "rate = 1",
+        mistake="nan-at-rate-one",
     ),
     Variant(
         "one_draw_for_the_whole_array",
@@ -257,6 +265,7 @@ _DROPOUT_BUGGY = [
         ),
         (T_DROP,),
         "cannot be changed in place",
+        mistake="jax-array-changed-in-place",
     ),
     Variant(
         "nnx_dropout",
@@ -267,6 +276,7 @@ _DROPOUT_BUGGY = [
         ),
         (T_DROP,),
         "nnx.Dropout",
+        mistake="forbidden-built-in",
     ),
 ]
 
@@ -280,6 +290,7 @@ _LINEAR_BUGGY = [
         ),
         (T_LIN,),
         "transpose",
+        mistake="kernel-not-transposed",
     ),
     Variant(
         "new_param_not_transposed",
@@ -290,6 +301,7 @@ _LINEAR_BUGGY = [
         ),
         (T_LIN,),
         "(out, in)",
+        mistake="shape",
     ),
     Variant(
         "kernel_replaced_by_an_array",
@@ -332,6 +344,7 @@ _LINEAR_BUGGY = [
         ),
         (T_LIN,),
         "reshaped",
+        mistake="kernel-reshaped",
     ),
     Variant(
         "returns_instead_of_writing",
@@ -339,6 +352,7 @@ _LINEAR_BUGGY = [
         _linear("    return weight.T, bias\n"),
         (T_LIN,),
         "write into the given layer",
+        mistake="layer-not-changed",
     ),
     Variant(
         "bias_none_not_handled",
@@ -346,6 +360,7 @@ _LINEAR_BUGGY = [
         _linear("    layer.kernel[...] = weight.T\n    layer.bias[...] = bias\n"),
         (T_LIN,),
         "bias may be None",
+        mistake="bias-none-not-handled",
     ),
 ]
 
@@ -361,6 +376,7 @@ _LN_BUGGY = [
         (T_LN, T_BLOCK),
         "Flax's default",
         also_says=((T_BLOCK, "comes from your LayerNorm"),),
+        mistake="flax-eps",
     ),
     Variant(
         "unbiased_variance",
@@ -374,6 +390,7 @@ _LN_BUGGY = [
         ),
         (T_LN, T_BLOCK),
         "D - 1",
+        mistake="unbiased",
     ),
     Variant(
         "eps_outside_sqrt",
@@ -385,6 +402,7 @@ _LN_BUGGY = [
         ),
         (T_LN, T_BLOCK),
         "standard deviation",
+        mistake="eps-outside",
     ),
     Variant(
         "no_epsilon",
@@ -395,6 +413,7 @@ _LN_BUGGY = [
         ),
         (T_LN, T_BLOCK),
         "epsilon is missing",
+        mistake="no-eps",
     ),
     Variant(
         "variance_by_cancellation",
@@ -408,6 +427,7 @@ _LN_BUGGY = [
         ),
         (T_LN,),
         "mean of 300",
+        mistake="variance-cancellation",
     ),
     Variant(
         "epsilon_argument_ignored",
@@ -419,6 +439,7 @@ _LN_BUGGY = [
         ),
         (T_LN,),
         "still uses 1e-5",
+        mistake="eps-argument-ignored",
     ),
     Variant(
         "no_scale_and_bias",
@@ -429,6 +450,7 @@ _LN_BUGGY = [
         ),
         (T_LN, T_BLOCK),
         "scale and bias are not applied",
+        mistake="no-affine",
     ),
     Variant(
         "plain_arrays",
@@ -470,6 +492,7 @@ _LN_BUGGY = [
         ),
         (T_LN, T_BLOCK),
         "name them scale and bias",
+        mistake="parameter-names",
     ),
     Variant(
         "wraps_nnx_layer_norm",
@@ -481,6 +504,7 @@ _LN_BUGGY = [
         ),
         (T_LN, T_BLOCK),
         "nnx.LayerNorm",
+        mistake="forbidden-built-in",
     ),
 ]
 
@@ -496,6 +520,7 @@ _FF_BUGGY = [
         (T_FF, T_BLOCK),
         "GELU",
         also_says=((T_BLOCK, "comes from your FeedForward"),),
+        mistake="gelu",
     ),
     Variant(
         "no_activation",
@@ -507,6 +532,7 @@ _FF_BUGGY = [
         ),
         (T_FF, T_BLOCK),
         "no activation",
+        mistake="no-activation",
     ),
     Variant(
         "dropout_after_linear2",
@@ -517,6 +543,7 @@ _FF_BUGGY = [
         ),
         (T_FF, T_BLOCK),
         "applied dropout to arrays of shapes",
+        mistake="dropout-sites",
     ),
     Variant(
         "no_dropout",
@@ -524,6 +551,7 @@ _FF_BUGGY = [
         _ff("        return self.linear2(jax.nn.relu(self.linear1(x)))\n"),
         (T_FF, T_BLOCK),
         "never called your `dropout`",
+        mistake="dropout-not-called",
     ),
     Variant(
         "same_key_every_step",
@@ -536,6 +564,7 @@ _FF_BUGGY = [
         ),
         (T_FF, T_BLOCK),
         "reused the keys of the first",
+        mistake="fixed-seed-key",
     ),
     Variant(
         "key_made_in_init",
@@ -561,6 +590,7 @@ _FF_BUGGY = [
         ),
         (T_FF, T_BLOCK),
         "although FeedForward was called with deterministic=True",
+        mistake="dropout-when-deterministic",
     ),
     Variant(
         "nnx_dropout_module",
@@ -573,6 +603,7 @@ _FF_BUGGY = [
         ),
         (T_FF, T_BLOCK),
         "never called your `dropout`",
+        mistake="dropout-not-called",
     ),
 ]
 
@@ -584,6 +615,7 @@ _MHA_BUGGY = [
         (T_MHA, T_BLOCK),
         "over the queries",
         also_says=((T_BLOCK, "comes from your MultiHeadAttention"),),
+        mistake="softmax-over-queries",
     ),
     Variant(
         "scaled_by_sqrt_d_model",
@@ -591,6 +623,7 @@ _MHA_BUGGY = [
         _mha(scores="        scores = q @ k.swapaxes(-1, -2) / jnp.sqrt(D)\n"),
         (T_MHA, T_BLOCK),
         "sqrt(D)",
+        mistake="sqrt-d",
     ),
     Variant(
         "not_scaled",
@@ -598,6 +631,7 @@ _MHA_BUGGY = [
         _mha(scores="        scores = q @ k.swapaxes(-1, -2)\n"),
         (T_MHA, T_BLOCK),
         "not scaled",
+        mistake="no-scale",
     ),
     Variant(
         "mask_read_the_pytorch_way",
@@ -607,6 +641,7 @@ _MHA_BUGGY = [
         ),
         (T_MHA, T_BLOCK),
         "PyTorch way",
+        mistake="mask-inverted",
     ),
     Variant(
         "mask_hides_query_rows",
@@ -632,6 +667,7 @@ _MHA_BUGGY = [
         _mha(mask="            pass\n"),
         (T_MHA, T_BLOCK),
         "not applied",
+        mistake="mask-ignored",
     ),
     Variant(
         "heads_split_without_transpose",
@@ -645,6 +681,7 @@ _MHA_BUGGY = [
         ),
         (T_MHA, T_BLOCK),
         "mixes positions and features",
+        mistake="split-without-transpose",
     ),
     Variant(
         "heads_merged_without_transpose",
@@ -652,6 +689,7 @@ _MHA_BUGGY = [
         _mha(merge="        context = (weights @ v).reshape(B, L, D)\n"),
         (T_MHA, T_BLOCK),
         "merged",
+        mistake="merge-without-transpose",
     ),
     Variant(
         "no_dropout_on_weights",
@@ -659,6 +697,7 @@ _MHA_BUGGY = [
         _mha(drop=""),
         (T_MHA, T_BLOCK),
         "never called your `dropout`",
+        mistake="dropout-not-called",
     ),
     Variant(
         "key_made_once_per_call_site",
@@ -669,6 +708,7 @@ _MHA_BUGGY = [
         ),
         (T_MHA, T_BLOCK),
         "reused the keys of the first",
+        mistake="fixed-seed-key",
     ),
     Variant(
         "uses_jax_attention",
@@ -683,6 +723,7 @@ _MHA_BUGGY = [
         "        return self.out(context.reshape(B, L, D))\n",
         (T_MHA, T_BLOCK),
         "jax.nn.dot_product_attention",
+        mistake="forbidden-built-in",
     ),
 ]
 
@@ -699,6 +740,7 @@ _BLOCK_BUGGY = [
         ),
         (T_BLOCK,),
         "pre-norm",
+        mistake="pre-norm",
     ),
     Variant(
         "no_residual_around_attention",
@@ -713,6 +755,7 @@ _BLOCK_BUGGY = [
         ),
         (T_BLOCK,),
         "not added to its input before norm1",
+        mistake="no-residual-attention",
     ),
     Variant(
         "no_residual_around_feed_forward",
@@ -727,6 +770,7 @@ _BLOCK_BUGGY = [
         ),
         (T_BLOCK,),
         "before norm2",
+        mistake="no-residual-feed-forward",
     ),
     Variant(
         "norm1_twice",
@@ -741,6 +785,7 @@ _BLOCK_BUGGY = [
         ),
         (T_BLOCK,),
         "norm1 is used after both",
+        mistake="norm1-twice",
     ),
     Variant(
         "mask_inverted_for_pytorch",
@@ -756,6 +801,7 @@ _BLOCK_BUGGY = [
         ),
         (T_BLOCK,),
         "inverted padding mask",
+        mistake="mask-inverted",
     ),
     Variant(
         "mask_not_passed",
@@ -770,6 +816,7 @@ _BLOCK_BUGGY = [
         ),
         (T_BLOCK,),
         "does not reach the attention",
+        mistake="mask-ignored",
     ),
     Variant(
         "one_key_for_both_sites",
@@ -785,6 +832,7 @@ _BLOCK_BUGGY = [
         ),
         (T_BLOCK,),
         "same key to two dropout sites",
+        mistake="same-key-two-sites",
     ),
     Variant(
         "feed_forward_always_training",
@@ -797,6 +845,7 @@ _BLOCK_BUGGY = [
         ),
         (T_BLOCK,),
         "although EncoderBlock was called with deterministic=True",
+        mistake="dropout-when-deterministic",
     ),
     Variant(
         "dropout_on_the_sum",
@@ -810,6 +859,7 @@ _BLOCK_BUGGY = [
         ),
         (T_BLOCK,),
         "applied to the residual sum",
+        mistake="dropout-on-the-sum",
     ),
     Variant(
         "no_dropout_in_block",
@@ -822,6 +872,7 @@ _BLOCK_BUGGY = [
         ),
         (T_BLOCK,),
         "applied dropout to arrays of shapes",
+        mistake="dropout-sites",
     ),
 ]
 

@@ -121,6 +121,7 @@ BUGGY_WORDPIECE = [
         _BOTH,
         "adds [unk] for that character",
         IN_WORDPIECE,
+        mistake="partial-word-kept",
     ),
     _wp_bug("max_chars_ignored", "longer than max_chars", limit=""),
     _wp_bug(
@@ -158,6 +159,7 @@ BUGGY_WORDPIECE = [
         _wp().replace("    return pieces\n", "    return tuple(pieces)\n"),
         (T_WP,),
         "returns a list of strings",
+        mistake="not-a-list",
     ),
     Variant(
         "calls_encoder_lib_wordpiece",
@@ -166,6 +168,7 @@ BUGGY_WORDPIECE = [
         "    return encoder_lib.wordpiece(word, vocab, unk, max_chars)\n",
         (T_WP,),
         "encoder_lib.wordpiece",
+        mistake="forbidden-built-in",
     ),
     Variant(
         "uses_wordpiece_tokenizer",
@@ -176,6 +179,7 @@ BUGGY_WORDPIECE = [
         "    return tokenizer.tokenize(word)\n",
         _BOTH,  # tokenize calls it, and the class is forbidden there too
         "encoder_lib.WordPieceTokenizer",
+        mistake="forbidden-built-in",
     ),
 ]
 
@@ -316,6 +320,7 @@ BUGGY_TOKENIZE = [
         "    return [p for w in split_words(text) for p in wordpiece(normalize(w), vocab)]\n",
         (T_TOK,),
         "encoder_lib.wordpiece.normalize",
+        mistake="forbidden-built-in",
     ),
     Variant(
         "uses_the_library_tokenizer",
@@ -326,6 +331,7 @@ BUGGY_TOKENIZE = [
         "    return tokenizer.tokenize(text)\n",
         (T_TOK,),
         "encoder_lib.WordPieceTokenizer",
+        mistake="forbidden-built-in",
     ),
 ]
 
@@ -470,6 +476,7 @@ BUGGY_EMBEDDINGS = [
         "class BertEmbeddings(encoder_lib.BertEmbeddings):\n    pass\n",
         (T_EMB,),
         "encoder_lib.BertEmbeddings",
+        mistake="forbidden-built-in",
     ),
 ]
 
@@ -684,6 +691,7 @@ BUGGY_LAYER = [
         "    return layer\n",
         (T_LAYER,),
         "bert_layer_state",
+        mistake="forbidden-built-in",
     ),
 ]
 
@@ -1011,3 +1019,90 @@ CORRECT = (
     + CORRECT_POOLING
     + CORRECT_LOSS
 )
+
+
+MISTAKES = {
+    ("answer_wordpiece", "shortest_match_first"): "shortest-match-first",
+    ("answer_wordpiece", "no_hash_prefix"): "continuation-prefix-forgotten",
+    ("answer_wordpiece", "hash_on_first_piece"): "prefix-on-first-piece",
+    ("answer_wordpiece", "hash_looked_up_not_returned"): "prefix-not-returned",
+    ("answer_wordpiece", "partial_word_then_unk"): "partial-word-kept",
+    ("answer_wordpiece", "partial_word_kept"): "partial-word-kept",
+    ("answer_wordpiece", "max_chars_ignored"): "max-chars-ignored",
+    ("answer_wordpiece", "max_chars_off_by_one"): "max-chars-off-by-one",
+    ("answer_wordpiece", "max_chars_plus_one"): "max-chars-off-by-one",
+    ("answer_wordpiece", "max_chars_fixed_100"): "max-chars-argument-ignored",
+    ("answer_wordpiece", "unk_hard_coded"): "unk-argument-ignored",
+    ("answer_wordpiece", "unk_not_in_a_list"): "unk-not-in-a-list",
+    ("answer_tokenize", "no_lowercasing"): "not-lowercased",
+    ("answer_tokenize", "no_accent_stripping"): "accents-kept",
+    ("answer_tokenize", "nfd_keeps_the_marks"): "marks-not-dropped",
+    ("answer_tokenize", "marks_dropped_without_nfd"): "marks-dropped-without-nfd",
+    ("answer_tokenize", "no_normalisation"): "not-normalised",
+    ("answer_tokenize", "casefold"): "casefold-not-lower",
+    ("answer_tokenize", "ascii_ignore"): "ascii-only",
+    ("answer_tokenize", "splits_on_whitespace"): "split-on-whitespace",
+    ("answer_tokenize", "appends_a_list_per_word"): "list-per-word",
+    ("answer_bert_embeddings", "no_positions"): "no-positions",
+    ("answer_bert_embeddings", "no_token_types"): "no-token-types",
+    ("answer_bert_embeddings", "types_only_when_given"): "type-zero-not-added",
+    ("answer_bert_embeddings", "no_layer_norm"): "no-layer-norm",
+    ("answer_bert_embeddings", "layer_norm_default_eps"): "eps-default",
+    ("answer_bert_embeddings", "layer_norm_eps_hard_coded"): "eps-argument-ignored",
+    ("answer_bert_embeddings", "positions_from_one"): "positions-from-one",
+    ("answer_bert_embeddings", "input_ids_as_positions"): "ids-as-positions",
+    ("answer_bert_embeddings", "norm_named_like_bert"): "parameter-names",
+    ("answer_bert_embeddings", "norm_without_gain_and_offset"): "parameter-names",
+    ("answer_bert_embeddings", "norm_on_the_word_embeddings"): "norm-on-word-embeddings",
+    ("answer_load_bert_layer", "key_query_value"): "qkv-wrong-order",
+    ("answer_load_bert_layer", "biases_in_another_order"): "qkv-bias-wrong-order",
+    ("answer_load_bert_layer", "attention_weights_transposed"): "weight-transposed",
+    ("answer_load_bert_layer", "value_weight_transposed"): "weight-transposed",
+    ("answer_load_bert_layer", "every_weight_transposed"): "shape-mismatch-on-load",
+    ("answer_load_bert_layer", "pre_norm"): "pre-norm",
+    ("answer_load_bert_layer", "relu_default"): "relu-not-gelu",
+    ("answer_load_bert_layer", "tanh_gelu"): "tanh-gelu",
+    ("answer_load_bert_layer", "norms_swapped"): "norms-swapped",
+    ("answer_load_bert_layer", "eps_default"): "eps-default",
+    ("answer_load_bert_layer", "d_and_d_ff_swapped"): "shape-mismatch-on-load",
+    ("answer_load_bert_layer", "prefix_ignored"): "prefix-ignored",
+    ("answer_load_bert_layer", "prefix_without_its_dot"): "name-not-in-weights",
+    ("answer_load_bert_layer", "no_dropout"): "dropout-not-0-1",
+    ("answer_load_bert_layer", "heads_hard_coded"): "num-heads-ignored",
+    ("answer_load_bert_layer", "returns_the_state_dict"): "not-an-encoder-layer",
+    ("answer_load_bert_layer", "forgets_to_return"): "not-an-encoder-layer",
+    ("answer_load_bert_layer", "pytorch_layer"): "not-an-encoder-layer",
+    ("answer_sentence_embedding", "plain_mean"): "padding-averaged",
+    ("answer_sentence_embedding", "normalised_before_pooling"): "normalised-before-pooling",
+    ("answer_sentence_embedding", "never_normalised"): "not-normalised",
+    ("answer_sentence_embedding", "cls_token"): "cls-pooling",
+    ("answer_sentence_embedding", "max_pooling"): "max-pooling",
+    ("answer_sentence_embedding", "normalised_over_the_batch"): "normalised-over-batch",
+    ("answer_sentence_embedding", "mask_reversed"): "padding-leaks",
+    ("answer_sentence_embedding", "mean_over_features"): "pooled-over-features",
+    ("answer_sentence_embedding", "keepdim_left_on"): "keepdim-left-on",
+    ("answer_sentence_embedding", "zeroes_the_padding_in_place"): "in-place",
+    ("answer_sentence_embedding", "float32"): "dtype",
+    ("answer_sentence_embedding", "uses_encoder_lib"): "forbidden-built-in",
+    ("answer_sentence_embedding", "uses_mean_pool"): "forbidden-built-in",
+    ("answer_contrastive_loss", "no_scale"): "no-scale",
+    ("answer_contrastive_loss", "scale_hard_coded"): "scale-argument-ignored",
+    ("answer_contrastive_loss", "divided_by_scale"): "divided-by-scale",
+    ("answer_contrastive_loss", "documents_times_queries"): "scores-transposed",
+    (
+        "answer_contrastive_loss",
+        "positive_left_out_of_the_denominator",
+    ): "positive-not-in-denominator",
+    ("answer_contrastive_loss", "summed"): "summed-over-queries",
+    ("answer_contrastive_loss", "targets_all_zero"): "targets-not-diagonal",
+    ("answer_contrastive_loss", "one_target_per_document"): "targets-not-diagonal",
+    ("answer_contrastive_loss", "softmax_then_cross_entropy"): "softmax-before-cross-entropy",
+    ("answer_contrastive_loss", "symmetric"): "symmetric-loss",
+    ("answer_contrastive_loss", "extra_documents_dropped"): "extra-documents-dropped",
+    ("answer_contrastive_loss", "sign_flipped"): "sign-flipped",
+    ("answer_contrastive_loss", "returns_a_float"): "not-a-tensor",
+    ("answer_contrastive_loss", "documents_detached"): "gradient-missing",
+    ("answer_contrastive_loss", "uses_encoder_lib"): "forbidden-built-in",
+}
+"""The mistake id of each buggy answer built from a table above: ``(cell, name)`` -> id
+(``variants.load`` gives it to the variant)."""
