@@ -791,3 +791,103 @@ CORRECT = [
         ),
     ),
 ]
+
+# --- answers that make the rest of the catalogue (tests/grading/test_catalogue.py) ---------------
+
+
+def _normalised(dims: str, eps: str = "self.eps") -> str:
+    """The module's forward's first lines: x_hat over ``dims`` (biased variance)."""
+    return (
+        f"        mean = x.mean(dim={dims}, keepdim=True)\n"
+        f"        var = x.var(dim={dims}, keepdim=True, unbiased=False)\n"
+        f"        x_hat = (x - mean) / torch.sqrt(var + {eps})\n"
+    )
+
+
+_EVERYTHING = "tuple(range(x.dim()))"
+
+BUGGY += [
+    Variant(
+        "over_everything",
+        LN,
+        _fn(
+            "    mean = x.mean()\n"
+            "    var = x.var(unbiased=False)\n"
+            "    return (x - mean) / torch.sqrt(var + eps) * weight + bias\n"
+        ),
+        T_LN,
+        "over the whole tensor at once",
+        mistake="normalises-over-everything",
+    ),
+    Variant(
+        "module_std_plus_eps",
+        MODULE,
+        _module(
+            "        mean = x.mean(-1, keepdim=True)\n"
+            "        return (x - mean) / (x.std(-1, keepdim=True) + self.eps) * self.weight"
+            " + self.bias\n"
+        ),
+        T_MODULE,
+        "std + eps",
+        mistake="std-plus-eps",
+    ),
+    Variant(
+        "module_no_eps",
+        MODULE,
+        _module(_normalised("-1", eps="0") + "        return x_hat * self.weight + self.bias\n"),
+        T_MODULE,
+        "no eps at all",
+        mistake="no-eps",
+    ),
+    Variant(
+        "module_no_weight",
+        MODULE,
+        _module(_normalised("-1") + "        return x_hat + self.bias\n"),
+        T_MODULE,
+        "ignores self.weight",
+        mistake="no-weight",
+    ),
+    Variant(
+        "module_no_bias",
+        MODULE,
+        _module(_normalised("-1") + "        return x_hat * self.weight\n"),
+        T_MODULE,
+        "ignores self.bias",
+        mistake="no-bias",
+    ),
+    Variant(
+        "module_bias_before_weight",
+        MODULE,
+        _module(_normalised("-1") + "        return (x_hat + self.bias) * self.weight\n"),
+        T_MODULE,
+        "before multiplying",
+        mistake="bias-before-weight",
+    ),
+    Variant(
+        "module_over_sequence",
+        MODULE,
+        _module(_normalised("1") + "        return x_hat * self.weight + self.bias\n"),
+        T_MODULE,
+        "wrong axis",
+        mistake="normalises-over-sequence",
+    ),
+    Variant(
+        "module_over_whole_sequence",
+        MODULE,
+        _module(
+            _normalised("tuple(range(1, x.dim()))")
+            + "        return x_hat * self.weight + self.bias\n"
+        ),
+        T_MODULE,
+        "whole sequence at once",
+        mistake="normalises-over-whole-sequence",
+    ),
+    Variant(
+        "module_over_everything",
+        MODULE,
+        _module(_normalised(_EVERYTHING) + "        return x_hat * self.weight + self.bias\n"),
+        T_MODULE,
+        "over the whole tensor at once",
+        mistake="normalises-over-everything",
+    ),
+]

@@ -7,6 +7,7 @@ answer costs only its own test cell. See ``variants/__init__.py`` for what the f
 
 from __future__ import annotations
 
+import dataclasses
 from textwrap import dedent, indent
 
 from variants import Variant
@@ -572,6 +573,49 @@ def gelu(x):
     ),
 ]
 
+
+# --- answers that make the rest of the catalogue (tests/grading/test_catalogue.py) ---------------
+
+BUGGY += [
+    dataclasses.replace(v, mistake=mistake)
+    for v, mistake in (
+        (
+            _bad_ffn(
+                "dropout_rescales_only",
+                """
+                h = self.activation(self.linear1(x))
+                if self.training:
+                    h = h / (1 - self.dropout.p)
+                return self.linear2(h)
+                """,
+                "drops 0% of the hidden units",
+            ),
+            "dropout-drops-nothing",
+        ),
+        (
+            _bad_count(
+                "no_linear1_bias", "return 2 * d_model * d_ff + d_model", "left out linear1's bias"
+            ),
+            "no-linear1-bias",
+        ),
+        (
+            _bad_count(
+                "linear2_bias_of_d_ff",
+                "return 2 * d_model * d_ff + 2 * d_ff",
+                "linear2's bias has D entries",
+            ),
+            "linear2-bias-size",
+        ),
+        (
+            _bad_count(
+                "one_weight_matrix_no_biases",
+                "return d_model * d_ff",
+                "only one weight matrix and no biases",
+            ),
+            "one-weight-matrix-no-biases",
+        ),
+    )
+]
 
 MISTAKES = {
     ("answer_feed_forward", "no_activation"): "no-activation",
