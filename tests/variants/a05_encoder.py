@@ -1030,3 +1030,19 @@ _FORBIDDEN = [
 
 BUGGY = _PE_BUGGY + _MASK_BUGGY + _LAYER_BUGGY + _ENCODER_BUGGY + _FORBIDDEN
 CORRECT = _PE_CORRECT + _MASK_CORRECT + _LAYER_CORRECT + _ENCODER_CORRECT
+
+# --- answers that make the rest of the catalogue (tests/grading/test_catalogue.py) ---------------
+
+BUGGY += [
+    Variant(
+        "layer_no_attention_residual",
+        LAYER,
+        _layer_with(
+            post="""            x = self.norm1(self.sa(x, mask))
+            x = self.norm2(x + self.ff(x))"""
+        ),
+        (T_LAYER,),
+        "residual (skip) connection around the self-attention",
+        mistake="no-residual-around-attention",
+    ),
+]

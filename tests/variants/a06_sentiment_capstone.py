@@ -660,3 +660,16 @@ _CLASSIFIER_CORRECT = [
 
 BUGGY = _MEAN_BUGGY + _STEP_BUGGY + _CLASSIFIER_BUGGY
 CORRECT = _MEAN_CORRECT + _STEP_CORRECT + _CLASSIFIER_CORRECT
+
+# --- answers that make the rest of the catalogue (tests/grading/test_catalogue.py) ---------------
+
+BUGGY += [
+    Variant(
+        "last_position",
+        CLASSIFIER,
+        _forward(_KEEP + _X + _H + "        return self.head(h[:, -1])\n"),
+        (T_CLASSIFIER,),
+        "last position, which is padding",
+        mistake="last-position-only",
+    ),
+]
