@@ -732,7 +732,8 @@ def seen_failure(
 
 # --- the source rules, in the kernel -------------------------------------------------------------
 
-_REFUSALS: dict[tuple[str, str], Failure | None] = {}
+_REFUSALS: dict[tuple[str, str, str], Failure | None] = {}
+"""(cell file, exercise, source) -> the refusal: each source is read once per exercise."""
 
 
 def source_refusal(target: Any, exercise: str) -> Failure | None:
@@ -748,9 +749,9 @@ def source_refusal(target: Any, exercise: str) -> Failure | None:
         if filename not in files and _is_notebook_code(filename):
             files.append(filename)
     for filename in files:
-        key = (filename, exercise)
+        source = "".join(linecache.getlines(filename))
+        key = (filename, exercise, source)
         if key not in _REFUSALS:
-            source = "".join(linecache.getlines(filename))
             tree = source_rules.parse(source)
             names = {**_global_aliases(target), **source_rules.aliases([tree])}
             found = (
