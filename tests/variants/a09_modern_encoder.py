@@ -1167,3 +1167,185 @@ _LAYER_CORRECT = [
 
 BUGGY = _RMS_BUGGY + _GATED_BUGGY + _ROTARY_BUGGY + _WINDOW_BUGGY + _LAYER_BUGGY
 CORRECT = _RMS_CORRECT + _GATED_CORRECT + _ROTARY_CORRECT + _WINDOW_CORRECT + _LAYER_CORRECT
+
+# --- answers that make the rest of the catalogue (tests/grading/test_catalogue.py) ---------------
+
+
+def _own_band(condition: str) -> str:
+    """The solution's layer building its window band itself, as ``condition`` on ``offset``
+    (query position minus key position) and ``half`` (window / 2)."""
+    return _layer_with(
+        "            band = sliding_window_mask(L, self.window).to(x.device)\n",
+        "            i = torch.arange(L, device=x.device)\n"
+        "            offset = i[:, None] - i[None, :]  # (L, L): query minus key\n"
+        "            half = self.window // 2\n"
+        f"            band = {condition}\n",
+    )
+
+
+BUGGY += [
+    Variant(
+        "centred_and_eps_outside",
+        RMS,
+        _rms(
+            "    x = x - x.mean(dim=-1, keepdim=True)\n"
+            "    return x / (x.pow(2).mean(dim=-1, keepdim=True).sqrt() + eps) * weight\n"
+        ),
+        (T_RMS,),
+        "puts eps outside the square root",
+        mistake="layer-norm-eps-outside",
+    ),
+    Variant(
+        "rms_over_sequence",
+        RMS,
+        _rms("    return x / torch.sqrt(x.pow(2).mean(dim=1, keepdim=True) + eps) * weight\n"),
+        (T_RMS,),
+        "the sequence axis (dim 1)",
+        mistake="normalises-over-sequence",
+    ),
+    Variant(
+        "rms_over_whole_sequence",
+        RMS,
+        _rms(
+            "    dims = tuple(range(1, x.dim()))\n"
+            "    return x / torch.sqrt(x.pow(2).mean(dim=dims, keepdim=True) + eps) * weight\n"
+        ),
+        (T_RMS,),
+        "all the features of a whole sequence at once",
+        mistake="normalises-over-whole-sequence",
+    ),
+    Variant(
+        "rms_over_everything",
+        RMS,
+        _rms("    return x / torch.sqrt(x.pow(2).mean() + eps) * weight\n"),
+        (T_RMS,),
+        "the whole tensor at once",
+        mistake="normalises-over-everything",
+    ),
+    Variant(
+        "only_linear_half",
+        GATED,
+        _gate("self.dropout(b)"),
+        (T_GATED,),
+        "only the second (linear) half reaches wo",
+        mistake="only-linear-half",
+    ),
+    Variant(
+        "sigmoid_on_first_half",
+        GATED,
+        _gate("self.dropout(torch.sigmoid(a) * b)"),
+        (T_GATED,),
+        "it uses a sigmoid on the first half",
+        mistake="sigmoid-activation",
+    ),
+    Variant(
+        "dropout_on_linear_half",
+        GATED,
+        _gate("self.activation(a) * self.dropout(b)"),
+        (T_GATED,),
+        "dropout is applied to the linear half",
+        mistake="dropout-on-linear-half",
+    ),
+    Variant(
+        "both_minus",
+        ROTARY,
+        _rotate("x1 * cos - x2 * sin", "x2 * cos - x1 * sin"),
+        (T_ROTARY,),
+        "minus sign in both features",
+        mistake="both-minus",
+    ),
+    Variant(
+        "pairings_swapped_and_wrong_way",
+        ROTARY,
+        _rotary(
+            _PAIRS.replace("'halves'", "'adjacent'")
+            + "    y1 = x1 * cos + x2 * sin\n    y2 = x2 * cos - x1 * sin\n"
+            + _JOIN.replace("'halves'", "'adjacent'")
+        ),
+        (T_ROTARY,),
+        "and it rotates the wrong way",
+        mistake="pairing-ignored-and-wrong-way",
+    ),
+    Variant(
+        "read_in_other_layout",
+        ROTARY,
+        _rotary(
+            _PAIRS.replace("'halves'", "'adjacent'")
+            + "    y1 = x1 * cos - x2 * sin\n    y2 = x2 * cos + x1 * sin\n"
+            + _JOIN
+        ),
+        (T_ROTARY,),
+        "it reads the pairs in the",
+        mistake="read-in-other-layout",
+    ),
+    Variant(
+        "outside_and_one_narrower",
+        WINDOW,
+        _band("offset.abs() >= window // 2"),
+        (T_WINDOW, T_LAYER),
+        "wrong polarity and is one key too narrow",
+        mistake="polarity-reversed-and-off-by-one",
+    ),
+    Variant(
+        "layer_no_norm",
+        LAYER,
+        _layer_with("        h = self.norm1(x)\n", "        h = x\n").replace(
+            "self.ffn(self.norm2(x))", "self.ffn(x)"
+        ),
+        (T_LAYER,),
+        "never applies norm1 and norm2",
+        mistake="no-norm",
+    ),
+    Variant(
+        "layer_no_residual",
+        LAYER,
+        _layer_with(
+            _RESIDUALS,
+            "        x = self.dropout1(self.out_proj(attended))\n"
+            "        return self.dropout2(self.ffn(self.norm2(x)))\n",
+        ),
+        (T_LAYER,),
+        "there is no residual",
+        mistake="no-residual",
+    ),
+    Variant(
+        "layer_keys_only_rotated",
+        LAYER,
+        _layer_with(_ROTATE, "        _, k = self.rotary(q, k)\n"),
+        (T_LAYER,),
+        "only the keys are rotated",
+        mistake="keys-only-rotated",
+    ),
+    Variant(
+        "layer_band_too_wide",
+        LAYER,
+        _own_band("offset.abs() <= self.window"),
+        (T_LAYER,),
+        "twice too wide",
+        mistake="band-too-wide",
+    ),
+    Variant(
+        "layer_band_before_only",
+        LAYER,
+        _own_band("(offset >= 0) & (offset <= half)"),
+        (T_LAYER,),
+        "only the keys before it",
+        mistake="band-before-only",
+    ),
+    Variant(
+        "layer_band_after_only",
+        LAYER,
+        _own_band("(offset <= 0) & (offset >= -half)"),
+        (T_LAYER,),
+        "only the keys after it",
+        mistake="band-after-only",
+    ),
+    Variant(
+        "layer_band_reversed",
+        LAYER,
+        _own_band("offset.abs() > half"),
+        (T_LAYER,),
+        "the band has the wrong polarity",
+        mistake="band-reversed",
+    ),
+]
