@@ -1,5 +1,5 @@
 """Pretraining a ``MaskedLanguageModel``, fine-tuning it on a few labels, and looking at what it
-learned: the one recipe that notebook 08 and ``bench/bench_pretraining.py`` both run.
+learned: the one recipe that notebook 08 and the course's benchmark both run.
 
 - ``pretrain``: BERT's objective on unlabelled token ids, AdamW (``AdamW``: PyTorch's update
   written out, see there why), linear warm-up then linear decay. The masking and the loss are
@@ -12,6 +12,7 @@ learned: the one recipe that notebook 08 and ``bench/bench_pretraining.py`` both
 - ``transfer_experiment``: those three on labelled sets of a few sizes, scored on sentences
   whose adjectives no labelled sentence contains.
 - ``nearest_words``, ``same_category_rate``, ``project_2d``: the learned embeddings.
+- ``optimizer_memory``: what building PyTorch's own AdamW would cost (why ``AdamW`` is here).
 
 Every random draw (batches, masking, initialisation of fresh models) comes from a generator
 seeded by the caller, so the same seed gives bit-identical numbers in any fresh process.
@@ -46,6 +47,7 @@ __all__ = [
     "nearest_words",
     "same_category_rate",
     "project_2d",
+    "optimizer_memory",
 ]
 
 
@@ -53,11 +55,19 @@ class AdamW:
     """``torch.optim.AdamW``'s update, written out: the same steps, bit for bit, on CPU.
 
     Why not ``torch.optim.AdamW`` itself: the first ``torch.optim`` optimiser a process builds
-    imports ``torch._dynamo`` and sympy, about 70 MB of resident memory, and notebook 08's
-    kernel must stay under the 450 MB a Binder user is guaranteed. What is left is the update
-    that ``torch.optim.AdamW`` makes on CPU tensors (its single-tensor path), step for step;
-    ``tests/lib/test_pretraining.py`` checks that both give identical weights. A parameter
-    whose ``grad`` is None is skipped, as there.
+    imports ``torch._dynamo`` and sympy, about 70 MB of resident memory (``optimizer_memory``
+    measures it), and notebook 08's kernel must stay under the 450 MB a Binder user is
+    guaranteed. What is left is the update that ``torch.optim.AdamW`` makes on CPU tensors (its
+    single-tensor path), step for step; the course's tests check that both give identical
+    weights, and ``optimizer_memory`` compares a few steps too. A parameter whose ``grad`` is
+    None is skipped, as there.
+
+    The update of a weight ``p`` with gradient ``g`` at step ``t`` (``m``, ``v`` start at 0):
+    ``p *= 1 - lr * weight_decay`` (decoupled decay: not added to the gradient, unlike Adam's
+    L2 penalty), ``m = beta1 * m + (1 - beta1) * g`` (the gradient's running mean),
+    ``v = beta2 * v + (1 - beta2) * g**2`` (its running mean square), then
+    ``p -= lr * (m / (1 - beta1**t)) / (sqrt(v / (1 - beta2**t)) + eps)``: the divisions by
+    ``1 - beta**t`` undo the pull towards the zeros the means started from.
 
     Args:
         params: the parameters to train.
@@ -382,6 +392,7 @@ def transfer_experiment(
     steps: int = 100,
     lr: float = 1e-3,
     bag_of_words_lr: float = 0.1,
+    progress: Callable[..., Any] | None = None,
 ) -> list[dict[str, Any]]:
     """Fine-tune on labelled sets of each size, score on sentences with unseen adjectives.
 
@@ -399,6 +410,9 @@ def transfer_experiment(
             ``MaskedLanguageModel`` of ``pretrained``'s sizes, initialised from each seed.
         steps, lr: the fine-tuning of both encoders (full batch).
         bag_of_words_lr: the bag of words' learning rate (``steps`` steps too).
+        progress: a tqdm-like factory (``tqdm.auto.tqdm``): called as
+            ``progress(total=len(sizes) * len(seeds), desc=...)``, then ``update`` after each
+            labelled set, then ``close``.
 
     Returns:
         one dict per size: ``labels`` (the size); ``pretrained``, ``scratch``, ``bag_of_words``
@@ -409,6 +423,9 @@ def transfer_experiment(
     held_out_seen = language.tensors(language.held_out_seen)
     V, first = len(language.vocab), language.first_word_id
     rows = []
+    bar = None
+    if progress is not None:
+        bar = progress(total=len(sizes) * len(seeds), desc="fine-tuning")
     for size in sizes:
         runs: dict[str, list[float]] = {"pretrained": [], "scratch": [], "bag_of_words": []}
         seen: dict[str, list[float]] = {name: [] for name in runs}
@@ -428,11 +445,15 @@ def transfer_experiment(
                 fine_tune(classifier, ids, labels, steps=steps, lr=rate, seed=seed)
                 runs[name].append(accuracy(classifier, *held_out))
                 seen[name].append(accuracy(classifier, *held_out_seen))
+            if bar is not None:
+                bar.update(1)
         row: dict[str, Any] = {"labels": size}
         row.update({name: sum(v) / len(v) for name, v in runs.items()})
         row.update({f"{name}_runs": tuple(v) for name, v in runs.items()})
         row["seen"] = {name: sum(v) / len(v) for name, v in seen.items()}
         rows.append(row)
+    if bar is not None:
+        bar.close()
     return rows
 
 
@@ -517,6 +538,63 @@ def project_2d(weight: torch.Tensor) -> torch.Tensor:
     biggest = components.abs().argmax(dim=1)  # (2,)
     signs = components[torch.arange(2), biggest].sign()
     return (x @ (components * signs[:, None]).T).to(weight.dtype)  # (N, 2)
+
+
+_OPTIMIZER_PROBE = """
+import json, sys
+import torch
+from encoder_lib.pretraining import AdamW
+
+
+def rss():
+    with open("/proc/self/status") as status:
+        line = next(line for line in status if line.startswith("VmRSS"))
+    return int(line.split()[1]) / 1024
+
+
+before = rss()
+torch.manual_seed(0)
+ours, theirs = torch.randn(2, 50, requires_grad=True), torch.randn(2, 50, requires_grad=True)
+with torch.no_grad():
+    theirs.copy_(ours)
+reference = torch.optim.AdamW([theirs], lr=0.1, weight_decay=0.01)
+megabytes = rss() - before
+written_out = AdamW([ours], lr=0.1, weight_decay=0.01)
+for step in range(5):
+    target = torch.randn(2, 50)
+    for p, optimizer in ((ours, written_out), (theirs, reference)):
+        optimizer.zero_grad()
+        ((p - target) ** 2).sum().backward()
+        optimizer.step()
+print(json.dumps({"megabytes": megabytes, "same_weights": bool(torch.equal(ours, theirs)),
+                  "imports": sorted({"torch._dynamo", "sympy"} & set(sys.modules))}))
+"""
+
+
+def optimizer_memory() -> dict[str, Any]:
+    """Build ``torch.optim.AdamW`` in a fresh Python process (so that this one stays small), and
+    take five steps with it and with ``AdamW`` on the same weights and gradients.
+
+    Linux only (it reads ``/proc/self/status``); takes a few seconds (a second ``import torch``).
+
+    Returns:
+        ``{"megabytes": resident memory that building the first optimiser added, "same_weights":
+        whether both optimisers ended with identical weights, "imports": which of
+        ``torch._dynamo`` and ``sympy`` that build imported}``.
+    """
+    import json
+    import os
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-c", _OPTIMIZER_PROBE],
+        check=True,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    ).stdout
+    return json.loads(out.strip().splitlines()[-1])
 
 
 # ---

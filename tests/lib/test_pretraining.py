@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import math
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -23,6 +24,7 @@ from encoder_lib.pretraining import (
     format_transfer_row,
     masked_token_accuracy,
     nearest_words,
+    optimizer_memory,
     pretrain,
     project_2d,
     same_category_rate,
@@ -314,6 +316,35 @@ def test_transfer_experiment_rows(language):
         language, pretrained, sizes=(8,), seeds=(0,), steps=2, untrained=pretrained
     )
     assert same[0]["scratch"] == same[0]["pretrained"]
+
+
+def test_transfer_experiment_reports_progress(language):
+    events = []
+
+    class Bar:
+        def __init__(self, total, desc):
+            events.append(("start", total, desc))
+
+        def update(self, n):
+            events.append(("update", n))
+
+        def close(self):
+            events.append(("close",))
+
+    pretrained = small_model(language)
+    with_bar = transfer_experiment(
+        language, pretrained, sizes=(8, 16), seeds=(0,), steps=1, progress=Bar
+    )
+    assert events == [("start", 2, "fine-tuning"), ("update", 1), ("update", 1), ("close",)]
+    assert with_bar == transfer_experiment(language, pretrained, sizes=(8, 16), seeds=(0,), steps=1)
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc (Linux)")
+def test_optimizer_memory_measures_torch_optim_and_agrees_with_it():
+    report = optimizer_memory()
+    assert report["same_weights"] is True
+    assert report["megabytes"] > 0
+    assert set(report["imports"]) <= {"torch._dynamo", "sympy"}
 
 
 def test_format_transfer_row():
