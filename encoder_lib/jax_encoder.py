@@ -16,7 +16,13 @@ What differs from PyTorch, and where it shows here:
 - Randomness is explicit. Every module keeps the ``nnx.Rngs`` it was built with (``self.rngs``)
   and asks it for a new key at every dropout site, on every call: ``self.rngs.dropout()``.
   Nothing in JAX has a hidden global generator.
-- ``deterministic=True`` replaces ``.eval()``: whether dropout runs is an argument of each call.
+- Train or eval: here ``deterministic`` is an argument of each call (True: no dropout, as after
+  ``.eval()``), the course's choice, so that every call says which mode it runs in. Flax NNX
+  also has PyTorch's style: ``model.eval()`` and ``model.train()`` set the ``deterministic``
+  attribute of every nested module that has one (``nnx.Dropout``), and
+  ``nnx.view(model, deterministic=True)`` returns a view of the model with it set, the model
+  itself unchanged; these modules use the course's own ``dropout`` function, which has no such
+  attribute, so they take the argument.
 - ``nnx.Linear`` stores its kernel as ``(in, out)`` and computes ``x @ kernel + bias``;
   ``nn.Linear`` stores ``weight`` as ``(out, in)`` and computes ``x @ weight.T + bias``.
 - Padding masks say True = a real token (may be attended to), as ``nnx.MultiHeadAttention``'s
