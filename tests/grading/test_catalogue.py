@@ -125,7 +125,18 @@ def test_buggy_answer_loses_exactly_its_cells_and_is_named(assignment, variant: 
 
 # --- the catalogue and the buggy answers, both ways ----------------------------------------------
 
-UNMADE: dict[tuple[str, str], str] = {}
+UNMADE: dict[tuple[str, str], str] = {
+    ("test_masked_mean", "mask-along-features"): (
+        "only on the hidden case h (1, 4, 4), where L = D and keep (B, L) broadcasts along the "
+        "features; on every other case h * keep raises first, named keep-without-trailing-axis "
+        "(the buggy answer no_trailing_axis)"
+    ),
+    ("test_sentence_embedding", "mask-reversed"): (
+        "only on the hidden cases where every sentence has padding; on the visible case "
+        "(lengths [5, 3]) a reversed mask averages no position of the full sentence, and the "
+        "padding probe names it first, padding-leaks (the buggy answer mask_reversed)"
+    ),
+}
 """``(test cell, mistake id)`` of a catalogue entry no buggy answer makes -> why: shadowed by
 an earlier entry (which) on every case where it differs from the reference, or seen only on a
 hidden case, or (``"no variant yet"``) reachable but still without its buggy answer."""

@@ -960,3 +960,21 @@ CORRECT = [
         ),
     ),
 ]
+
+
+# --- answers that make the rest of the catalogue (tests/grading/test_catalogue.py) ---------------
+
+BUGGY += [
+    Variant(
+        "exact_gelu",
+        FF,
+        _ff(
+            "        h = jax.nn.gelu(self.linear1(x), approximate=False)\n"
+            f"        h = dropout(h, self.dropout_rate, deterministic=deterministic, {_KEY})\n"
+            "        return self.linear2(h)\n"
+        ),
+        (T_FF, T_BLOCK),
+        "the exact form",
+        mistake="gelu-exact",
+    ),
+]
