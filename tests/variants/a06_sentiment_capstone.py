@@ -452,25 +452,6 @@ _CLASSIFIER_BUGGY = [
         mistake="mean-includes-padding",
     ),
     Variant(
-        "divided_by_batch_count",
-        MEAN,
-        _mean("    k = keep[:, :, None].to(h.dtype)\n    return (h * k).sum(dim=1) / k.sum()\n"),
-        (T_MEAN,),
-        "number of real tokens in the whole batch",
-        mistake="divides-by-batch-count",
-    ),
-    Variant(
-        "divided_by_mean_length",
-        MEAN,
-        _mean(
-            "    k = keep[:, :, None].to(h.dtype)\n"
-            "    return (h * k).sum(dim=1) / keep.sum(dim=1).to(h.dtype).mean()\n"
-        ),
-        (T_MEAN,),
-        "batch's mean number of real tokens",
-        mistake="divides-by-mean-length",
-    ),
-    Variant(
         "divided_by_length",
         CLASSIFIER,
         _forward(
