@@ -609,6 +609,148 @@ def _traps_off(name: str):
 
 FORBIDDEN_SAYS = "already does what this exercise asks you to write"
 
+# --- issue 37: answers that reach the built-in by reflection, threads, serialisation, the operator
+# registry, rebuilt functions, private names or the grader's own references. Each is a right
+# answer by delegation, written fresh (the held-out set of issue 37 is not reused); the judge
+# reads the source and refuses the construct, whatever the kernel then does. -------------------
+
+LOOPHOLES = {
+    # name: (answer's name, rule family, whole answer cell, what the feedback must say)
+    "course_wide_mean_pool": (
+        "masked_mean",
+        "course-wide rules",
+        "def masked_mean(h, keep):\n    return encoder_lib.mean_pool(h, keep)\n",
+        FORBIDDEN_SAYS,
+    ),
+    "grader_private_reference": (
+        "masked_mean",
+        "grader",
+        "from encoder_lib.grading.capstone_checks import _masked_mean as _mean\n\n\n"
+        "def masked_mean(h, keep):\n    return _mean(h, keep)\n",
+        "encoder_lib.grading",
+    ),
+    "thread_started_in_the_answer": (
+        "masked_mean",
+        "thread",
+        "import threading\n\n\n"
+        "def masked_mean(h, keep):\n"
+        "    out = []\n"
+        "    pool = encoder_lib.minilm\n"
+        "    worker = threading.Thread(target=lambda: out.append(pool.mean_pool(h, keep)))\n"
+        "    worker.start()\n"
+        "    worker.join()\n"
+        "    return out[0]\n",
+        "import threading",
+    ),
+    "computed_getattr_on_library": (
+        "causal_self_attention",
+        "reflection",
+        "def causal_self_attention(x, attention, keep=None):\n"
+        "    make = getattr(encoder_lib, 'causal' + '_mask')\n"
+        "    mask = make(x.shape[1], x.device)\n"
+        "    if keep is not None:\n"
+        "        mask = mask & keep[:, None, None, :]\n"
+        "    return attention(x, x, x, mask)\n",
+        "getattr() with a computed name",
+    ),
+    "methodcaller_on_library": (
+        "causal_self_attention",
+        "reflection",
+        "import operator\n\n\n"
+        "def causal_self_attention(x, attention, keep=None):\n"
+        "    mask = operator.methodcaller('causal_mask', x.shape[1], x.device)(encoder_lib)\n"
+        "    if keep is not None:\n"
+        "        mask = mask & keep[:, None, None, :]\n"
+        "    return attention(x, x, x, mask)\n",
+        "operator.methodcaller",
+    ),
+    "aten_operator_registry": (
+        "mlm_loss",
+        "registry",
+        "def mlm_loss(logits, labels):\n"
+        "    return torch.ops.aten.cross_entropy_loss(\n"
+        "        logits.flatten(0, 1), labels.flatten(), None, 1, -100, 0.0\n"
+        "    )\n",
+        FORBIDDEN_SAYS,
+    ),
+    "pickle_resolves_a_name": (
+        "mlm_loss",
+        "serialisation",
+        "import pickle\n\n\n"
+        "def mlm_loss(logits, labels):\n"
+        "    loss = pickle.loads(b'ctorch.nn.functional\\ncross_entropy\\n.')\n"
+        "    return loss(logits.flatten(0, 1), labels.flatten(), ignore_index=-100)\n",
+        "import pickle",
+    ),
+    "function_rebuilt_from_code": (
+        "mlm_loss",
+        "rebuilt function",
+        "def mlm_loss(logits, labels):\n"
+        "    ce = type(mlm_loss)(F.cross_entropy.__code__, F.cross_entropy.__globals__, 'ce')\n"
+        "    ce.__defaults__ = F.cross_entropy.__defaults__\n"
+        "    return ce(logits.flatten(0, 1), labels.flatten(), ignore_index=-100)\n",
+        ".__code__",
+    ),
+    "attrgetter_dotted_path": (
+        "rms_norm",
+        "reflection",
+        "import operator\n\n\n"
+        "def rms_norm(x, weight, eps=1e-6):\n"
+        "    norm = operator.attrgetter('nn.functional.rms_norm')(torch)\n"
+        "    return norm(x, x.shape[-1:], weight, eps)\n",
+        "operator.attrgetter",
+    ),
+    "private_encoder_lib_name": (
+        "rms_norm",
+        "private name",
+        "def rms_norm(x, weight, eps=1e-6):\n"
+        "    norm = encoder_lib.modern_encoder._make_norm('rms', x.shape[-1], eps)\n"
+        "    norm = norm.to(x.dtype)\n"
+        "    with torch.no_grad():\n"
+        "        norm.weight.copy_(weight)\n"
+        "    return norm(x)\n",
+        "_make_norm",
+    ),
+    "class_built_by_type": (
+        "rms_norm",
+        "internals",
+        "def rms_norm(x, weight, eps=1e-6):\n"
+        "    Passes = type('Passes', (torch.Tensor,), {})\n"
+        "    return (x * 0).as_subclass(Passes)\n",
+        "type(name, bases, dict)",
+    ),
+    "frame_globals": (
+        "sentence_embedding",
+        "internals",
+        "def sentence_embedding(hidden, attention_mask):\n"
+        "    frame = (lambda: (yield))().gi_frame\n"
+        "    lib = frame.f_globals['encoder_lib']\n"
+        "    return lib.sentence_embedding(hidden, attention_mask)\n",
+        "gi_frame",
+    ),
+    "thread_pool": (
+        "contrastive_loss",
+        "thread",
+        "from concurrent.futures import ThreadPoolExecutor\n\n\n"
+        "def contrastive_loss(queries, documents, scale=20.0):\n"
+        "    with ThreadPoolExecutor(1) as pool:\n"
+        "        job = pool.submit(encoder_lib.contrastive_loss, queries, documents, scale)\n"
+        "        return job.result()\n",
+        "concurrent.futures",
+    ),
+}
+
+
+def _loophole(name: str):
+    """The answer of ``LOOPHOLES[name]`` in place of its answer cell (other answers empty)."""
+
+    def build(nb, layout):
+        gid = _find(layout, LOOPHOLES[name][0])
+        return None if gid is None else C.with_cells(nb, {gid: LOOPHOLES[name][2]})
+
+    return build
+
+
 CHEATS = [
     Cheat(
         "rebind_allclose",
@@ -771,6 +913,17 @@ CHEATS = [
         )
         for name, (_, says) in TRAPS_OFF.items()
     ),
+    # --- issue 37: reflection, threads, serialisation, registry, rebuilt functions, grader ---
+    *(
+        Cheat(
+            name,
+            f"{answer} delegates by {family}: the judge reads `{says}`",
+            _loophole(name),
+            expect="exercise",
+            says=says,
+        )
+        for name, (answer, family, _, says) in LOOPHOLES.items()
+    ),
 ]
 
 REQUIRED = {
@@ -782,7 +935,7 @@ REQUIRED = {
     "check_code_swap", "closure_cells", "gc_reach", "parent_package_attribute",
     "module_and_class_setattr", "steps_cleared", "settrace_locals", "caller_frame",
     "builtins_import_swap", "sys_modules_swap", "fake_serve", "delegate_to_flax",
-    *TRAPS_OFF,
+    *TRAPS_OFF, *LOOPHOLES,
 }  # fmt: skip
 
 ALL = CHEATS

@@ -7,6 +7,11 @@ exercise and its feedback says why, also with the kernel's trap switched off or 
 (``cheats.TRAPS_OFF``): the judge reads the answer cells' source in nbgrader's process
 (encoder_lib.autograde.authorship) and names the construct.
 
+The cheats of issue 37 (``cheats.LOOPHOLES``: reflection, threads, serialisation, the operator
+registry, rebuilt functions, private names and the grader's own references, spread over notebooks
+06-11) are also graded again by plain ``nbgrader autograde`` (``plain``): each scores 0 there too,
+its test cell saying why.
+
 The ratchet: ``cheats.REQUIRED`` lists every trick known so far and none may disappear; a new
 trick is added to ``cheats.CHEATS`` (and to ``REQUIRED``) first, as a test. A cheat that still
 earns points goes in ``HOLES`` (``xfail(strict=True)`` with what it earns) until the grader is
@@ -15,9 +20,13 @@ fixed; ``HOLES`` must be empty on main.
 
 from __future__ import annotations
 
+import shutil
+
+import nbformat
 import pytest
 
 from pipeline import cheats as K
+from pipeline import course as C
 from pipeline import roster as R
 
 HOLES: dict[str, str] = {}
@@ -75,3 +84,50 @@ def _changed_cells(graded, student, assignment) -> set[str]:
     sub = K.C.read(root / "submitted" / student / assignment / f"{layout.name}.ipynb")
     before = {K.C.grade_id(c): c.source for c in blank.cells}
     return {K.C.grade_id(c) for c in sub.cells if before.get(K.C.grade_id(c)) != c.source}
+
+
+# --- issue 37: its cheats graded again by plain nbgrader ---------------------------------------
+
+
+@pytest.fixture(scope="module")
+def plain(graded, tmp_path_factory):
+    """A copy of the class in which plain ``nbgrader autograde`` grades the submissions of
+    ``cheats.LOOPHOLES`` again (the class was graded by the Dask command): their autograded
+    notebooks are removed, and the other cheats' submissions, so that ``--student=cheat-*``
+    grades only these. Returns (course, command outputs)."""
+    copy = C.Course(tmp_path_factory.mktemp("plain") / "course")
+    shutil.copytree(graded.course.root, copy.root, ignore=shutil.ignore_patterns("feedback"))
+    ours = {(R.cheat_student(a, name), a) for name in K.LOOPHOLES for a in graded.plan.cheats[name]}
+    for folder in ("autograded", "submitted"):
+        for path in (copy.root / folder).glob("cheat-*/*"):
+            if folder == "autograded" or (path.parent.name, path.name) not in ours:
+                shutil.rmtree(path)
+    logs = []
+    for a in sorted({a for _, a in ours}):
+        proc = copy.nbgrader("autograde", a, "--student=cheat-*", check=False, timeout=1800)
+        logs.append(proc.stdout + proc.stderr)
+    return copy, "".join(logs)
+
+
+@pytest.mark.parametrize("name", list(K.LOOPHOLES))
+def test_loophole_earns_nothing_under_plain_nbgrader(graded, plain, name):
+    course, log = plain
+    targets = graded.plan.cheats.get(name, [])
+    if not targets:
+        pytest.skip(f"no notebook has the exercise {name} needs yet")
+    for a in targets:
+        student, layout = R.cheat_student(a, name), graded.plan.layouts[a]
+        scores = course.cell_scores(student, a, layout.name)
+        assert scores, f"{student} was not graded by plain nbgrader:\n{log[-3000:]}"
+        gid = next(g for g in layout.answers if g in _changed_cells(graded, student, a))
+        earned = {cell: scores[cell] for cell in layout.own_tests[gid] if scores[cell]}
+        assert not earned, f"{name} ({a}) earned {sum(earned.values()):g} under plain nbgrader"
+        path = course.root / "autograded" / student / a / f"{layout.name}.ipynb"
+        nb = nbformat.read(path, as_version=4)
+        said = " ".join(
+            str(out.get("evalue", "")) + str(out.get("text", ""))
+            for cell in nb.cells
+            if K.C.grade_id(cell) in layout.own_tests[gid]
+            for out in cell.get("outputs", [])
+        )
+        assert K.C.says(said, K.LOOPHOLES[name][3]), f"{student}'s test cell does not say why"
