@@ -1,0 +1,13 @@
+"""Small wording rules of the instructor's report (encoder_lib/autograde/report.py)."""
+
+from __future__ import annotations
+
+from encoder_lib.autograde import report
+
+
+def test_one_point_is_singular():
+    assert report._points(1) == "1 point"
+    assert report._points(1.0) == "1 point"
+    assert report._points(2) == "2 points"
+    assert report._points(0.5) == "0.5 points"
+    assert report._points(0) == "0 points"
