@@ -273,7 +273,8 @@ class _Form:
             names_message=(
                 f"LayerNorm({d}) should have exactly two parameters, `weight` and `bias` (the "
                 "names nn.LayerNorm uses, so that load_state_dict works), got {got}: keep the "
-                "given __init__."
+                "given __init__, which wraps each in nn.Parameter (a plain tensor stored on the "
+                "module is no parameter: load_state_dict and an optimiser never see it)."
             ),
             initial={"weight": 1.0, "bias": 0.0},
             attrs={"eps": eps},

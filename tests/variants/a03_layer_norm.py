@@ -891,3 +891,25 @@ BUGGY += [
         mistake="normalises-over-everything",
     ),
 ]
+
+
+# --- PyTorch parameters held as plain tensors (issue 38) ------------------------------------------
+
+BUGGY += [
+    Variant(
+        "module_plain_tensors",
+        MODULE,
+        _module(
+            _normalised("-1") + "        return x_hat * self.weight + self.bias\n",
+            init_body=(
+                "        super().__init__()\n"
+                "        self.eps = eps\n"
+                "        self.weight = torch.ones(d_model)\n"
+                "        self.bias = torch.zeros(d_model)\n"
+            ),
+        ),
+        T_MODULE,
+        "wraps each in nn.Parameter",
+        mistake="parameter-names",
+    ),
+]
