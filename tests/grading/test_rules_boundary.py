@@ -19,6 +19,7 @@ from functools import cache
 import pytest
 from notebook_namespace import SolutionNotebook
 from pipeline import course as C
+from variants import ASSIGNMENTS
 
 from encoder_lib.autograde import authorship as A
 from encoder_lib.grading import GradingError, observe, runner
@@ -361,3 +362,39 @@ def test_an_exercise_without_a_list_gets_the_course_wide_rules():
     names = set(observe.rules("masked_mean").python.values())
     assert "encoder_lib.minilm.mean_pool" in names
     assert observe.rules("masked_mean").python.get(encoder_lib.mean_pool)
+
+
+# --- the kernel's side of the rules on every correct variant -------------------------------------
+
+
+def registered_namespace(assignment: str, replace: dict[str, str]) -> dict:
+    """The notebook's namespace with every cell's source known to ``linecache`` (as IPython
+    registers each execution), so that ``observe.source_refusal`` reads it."""
+    book = solution(assignment)
+    tag = uuid.uuid4().hex[:8]
+    original = book.execute
+
+    def execute(grade_id, ns, src=None):
+        code = book.source(grade_id) if src is None else src
+        filename = f"<cell {grade_id} {tag}>"
+        linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
+        exec(compile(code, filename, "exec"), ns)
+
+    book.execute = execute  # type: ignore[method-assign]
+    try:
+        return book.namespace(replace)
+    finally:
+        book.execute = original  # type: ignore[method-assign]
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_the_kernel_rules_accept_the_reference_and_every_correct_variant(assignment):
+    book = solution(assignment)
+    exercises = [runner.EXERCISES[t] for t in book.tests if t in runner.EXERCISES]
+    for variant in [None, *book.correct]:
+        replace = {} if variant is None else {variant.cell: variant.source}
+        namespace = registered_namespace(assignment, replace)
+        for exercise in exercises:
+            target = namespace.get(exercise.target)
+            refused = observe.source_refusal(target, exercise.name) if target else None
+            assert refused is None, (getattr(variant, "name", "reference"), exercise.name, refused)
