@@ -395,7 +395,7 @@ def _module_spec(cls: str, parameters: Sequence[str], given: bool = True) -> Mod
             "{names} should be parameters, but {call} holds them as {kinds}: an NNX "
             "module's parameters are the arrays wrapped in nnx.Param, which "
             "nnx.state(module, nnx.Param) lists and an optimiser trains (and which jax_bridge "
-            "writes PyTorch's weights into). A bare array is neither."
+            "writes PyTorch's weights into). A bare array, or another kind of Variable, is neither."
         ),
     )
 
@@ -733,7 +733,7 @@ def _linear_variables(obs: Observation, ask: Any) -> str | None:
             )
         return Mistake(
             "not-a-parameter",
-            f"the values are right, but layer.{name} is now a plain {what}, no longer an "
+            f"the values are right, but layer.{name} is now {what}, no longer an "
             "nnx.Param: nnx.state(layer, nnx.Param) no longer lists it, so no optimiser would "
             f"train it. Write into the parameter in place (layer.{name}[...] = ...) instead of "
             "replacing it.",

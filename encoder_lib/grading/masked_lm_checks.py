@@ -725,9 +725,9 @@ def _fill_variants(logits, ids, mask_id: int, first: int, k: int) -> dict[str, t
 
 _ZEROED = (
     "the special tokens' scores are set to 0, which does not exclude them: a logit of 0 beats "
-    "every negative one, so a special token wins wherever the ordinary tokens all score below "
-    "0. Leave them out of the ranking altogether (rank only the ordinary tokens, or give the "
-    "special ones a score no ordinary token can lose to, -inf)."
+    "every negative one, so special tokens enter the k best wherever fewer than k ordinary "
+    "tokens score above 0. Leave them out of the ranking altogether (rank only the ordinary "
+    "tokens, or give the special ones a score no ordinary token can lose to, -inf)."
 )
 
 

@@ -247,7 +247,7 @@ def _run_linear(target: Any, call: Call, obs: Observation) -> tuple[Any, Any]:
     obs.info["variables"] = {
         name: "same" if getattr(layer, name, None) is before
         else "new Param" if isinstance(getattr(layer, name, None), nnx.Param)
-        else type(getattr(layer, name, None)).__name__
+        else _kind(getattr(layer, name, None))
         for name, before in variables.items()
         if before is not None
     }  # fmt: skip
@@ -317,9 +317,16 @@ def _not_a_parameter(value: Any) -> bool:
 
 
 def _kind(value: Any) -> str:
+    """How a message names what holds an array: a plain jax array, an ``nnx.`` Variable kind,
+    or another class."""
     import jax
+    from flax import nnx
 
-    return "a plain jax array" if isinstance(value, jax.Array) else f"nnx.{type(value).__name__}"
+    if isinstance(value, jax.Array):
+        return "a plain jax array"
+    if isinstance(value, nnx.Variable):
+        return f"nnx.{type(value).__name__}"
+    return f"a {type(value).__name__}"
 
 
 def _array(variable: Any) -> Any:

@@ -851,7 +851,7 @@ def failure_error(case: Case, failure: Failure) -> GradingError:
     hint = case.failure_hint(failure) if case.failure_hint is not None else None
     text = f"{who} raised {failure.error}: {failure.message}".rstrip()
     if isinstance(hint, Mistake):  # a diagnosis: it leads, the exception says what happened
-        text = f"{hint[:1].upper()}{hint[1:]} ({text.rstrip('.')}.)"
+        text = f"{hint} ({text.rstrip('.')}.)"
     elif hint:
         text = f"{text}{'' if text.endswith('.') else '.'} {hint}"
     return GradingError(
