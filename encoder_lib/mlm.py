@@ -4,6 +4,10 @@ The pieces notebook 08 has students write, as the reference the checks compare w
 
 - ``mask_tokens``: BERT's corruption. Each ordinary token is chosen with probability ``p``;
   of the chosen, 80% become ``<mask>``, 10% a random ordinary token and 10% stay as they were.
+  BERT's 80/10/10 split, drawn per token as Hugging Face's ``DataCollatorForLanguageModeling``
+  does; BERT's own script chose exactly 15% of each sequence (rounded) and drew replacements from
+  the whole vocabulary, once before training. Drawing anew at every step, as
+  ``pretraining.pretrain`` does, is RoBERTa's dynamic masking.
   The labels hold the original id where a token was chosen and ``IGNORE_INDEX`` (-100)
   elsewhere, the value ``F.cross_entropy`` skips by default.
 - ``MaskedLanguageModel``: token embedding, learned positions, a pre-norm encoder, then the MLM
@@ -89,6 +93,10 @@ def mask_tokens(
 
 class MaskedLanguageModel(nn.Module):
     """A small BERT: token embedding, learned positions, a pre-norm encoder and the MLM head.
+
+    Pre-norm is ModernBERT's arrangement (BERT itself is post-norm), chosen because it trains
+    stably in few steps. Its layers are deep copies of one ``EncoderLayer``, so they start with
+    equal weights, as in ``nn.TransformerEncoder``.
 
     The head transforms each position (``dense``, GELU, ``norm``) and scores it against every
     token's embedding: ``logits = transform(h) @ embedding.weight.T + bias``. Tying the output

@@ -10,7 +10,9 @@ What changed from ``encoder.EncoderLayer`` and why, in one line each:
 * ``GatedFeedForward`` (GeGLU) instead of linear-activation-linear;
 * ``RotaryEmbedding`` instead of adding positions to the input: scores see relative positions;
 * grouped-query attention: H query heads share H_kv key/value heads (H_kv = H is ordinary
-  multi-head attention, H_kv = 1 multi-query attention), a smaller key/value cache;
+  multi-head attention, H_kv = 1 multi-query attention), a smaller key/value cache. Decoders
+  keep that cache while they generate; an encoder has none, so encoders (ModernBERT too) keep
+  H_kv = H;
 * local layers see only a band of ``window`` neighbours (``masks.sliding_window_mask``); one
   layer in ``global_every`` sees the whole sequence.
 

@@ -143,3 +143,63 @@ def test_the_setup_cell_says_in_one_line_that_it_worked(name):
     (line,) = text.splitlines()
     assert line.startswith("Setup done: torch 2.") and "+" not in line, line
     assert "random seed 0" in line and "1 torch thread." in line
+
+
+THINK_FIRST = "**Think first.**"
+HIDDEN_ANSWER = "<details><summary><b>Answer</b> (open after running the cell)</summary>"
+STUDENT_LEAVES_OUT = re.compile(r"(?<![\w/.])(bench|tests|docs|solutions|tools)/")
+
+
+@pytest.mark.parametrize("name", [n for n in assignments() if n[:2] <= "10"])
+def test_every_think_first_answer_is_hidden_until_predicted(name):
+    """Predict, then run: each "Think first" question is answered, after at least one code cell
+    that checks it, in a collapsed ``<details>`` block, and no answer sits in plain view."""
+    cells = _cells(name)
+    questions = [i for i, c in enumerate(cells) if THINK_FIRST in c.source]
+    for cell in cells:
+        if cell.cell_type == "markdown":
+            assert "**Answer.**" not in cell.source, f"{cell.get('id')}: an answer in plain view"
+            if HIDDEN_ANSWER in cell.source:
+                assert cell.source.startswith(HIDDEN_ANSWER), f"{cell.get('id')}: not at its top"
+                assert cell.source.rstrip().count("</details>") == 1, cell.get("id")
+    answers = [k for k, c in enumerate(cells) if c.source.startswith(HIDDEN_ANSWER)]
+    assert len(answers) >= len(questions), f"{name}: more Think first questions than answers"
+    for i in questions:  # an answer may come sections later ("section 7 measures it")
+        later = [k for k in answers if k > i]
+        assert later, f"{cells[i].get('id')}: a Think first without a hidden answer after it"
+        between = cells[i + 1 : later[0]]
+        assert any(c.cell_type == "code" for c in between), (
+            f"{cells[i].get('id')}: no cell between the question and its answer"
+        )
+    if name[:2] in {"01", "02", "03", "04", "06", "07"}:
+        assert len(questions) >= 2, f"{name}: fewer than two Think first questions"
+
+
+@pytest.mark.parametrize("name", assignments())
+def test_students_are_not_sent_to_files_their_edition_leaves_out(name):
+    """The student edition has no bench/, tests/, docs/, solutions/ or tools/ (see
+    tools/student_edition.py): no markdown cell of a notebook names a path inside them."""
+    for cell in _cells(name):
+        if cell.cell_type == "markdown":
+            found = STUDENT_LEAVES_OUT.findall(cell.source)
+            assert not found, f"{cell.get('id')}: names {found}, absent from the student edition"
+
+
+STUDENT_READ_MODULES = (
+    "encoder",
+    "jax_encoder",
+    "mlm",
+    "model",
+    "modern_encoder",
+    "pretraining",
+)
+"""encoder_lib modules whose code the notebooks send students to read."""
+
+
+@pytest.mark.parametrize("module", STUDENT_READ_MODULES)
+def test_library_docstrings_students_read_name_no_instructor_file(module):
+    """Docstrings and comments of those modules name no path of bench/, tests/, docs/,
+    solutions/ or tools/: the student edition has none of them."""
+    source = (SOLUTIONS.parent / "encoder_lib" / f"{module}.py").read_text()
+    found = STUDENT_LEAVES_OUT.findall(source)
+    assert not found, f"encoder_lib/{module}.py names {found}, absent from the student edition"
