@@ -9,13 +9,62 @@ import torch
 SLOW_SUITES = ("pipeline", "ui", "dask")
 """Folders of tests/ whose tests are marked ``slow`` (real nbgrader, a real browser, Dask)."""
 
+QUICK_LEAVES_OUT = {
+    # nbgrader validate (and --invert) of every notebook: a kernel runs each one whole; the
+    # pipeline grades every notebook anyway
+    "test_nbgrader_validate_passes_every_solution",
+    "test_every_graded_test_fails_on_the_untouched_student_version",
+    # every variant of every answer judged twice, here and through the wire (test_wire.py,
+    # which quick runs, checks the wire itself)
+    "test_every_verdict_is_the_same_through_the_wire",
+}
+"""Tests ``--quick`` leaves to ``make test``, besides the slow suites (by function name)."""
+QUICK_VARIANTS = 2
+"""``--quick``: variants of ``tests/variants`` tried per answer cell, per test function."""
 
-def pytest_collection_modifyitems(items):
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--quick",
+        action="store_true",
+        help="the inner loop (make quick): no slow suite, no whole-notebook runs, and each "
+        f"check tried on its first {QUICK_VARIANTS} variants per answer cell only",
+    )
+
+
+def _variant_key(item) -> tuple | None:
+    """(test, assignment, answer cell) for a test parametrized with a ``variants.Variant``."""
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    variant = next((v for v in params.values() if type(v).__name__ == "Variant"), None)
+    if variant is None:
+        return None
+    return (item.originalname, params.get("assignment"), variant.cell)
+
+
+def _quick(items: list) -> tuple[list, list]:
+    """(kept, left out): a deterministic sample, the same on every run (collection order)."""
+    kept, left_out, seen = [], [], {}
+    for item in items:
+        key = _variant_key(item)
+        if key is not None:
+            seen[key] = seen.get(key, 0) + 1
+        slow = item.get_closest_marker("slow") is not None
+        if slow or item.originalname in QUICK_LEAVES_OUT or (key and seen[key] > QUICK_VARIANTS):
+            left_out.append(item)
+        else:
+            kept.append(item)
+    return kept, left_out
+
+
+def pytest_collection_modifyitems(config, items):
     tests = Path(__file__).parent
     for item in items:
         parts = Path(item.path).relative_to(tests).parts if tests in Path(item.path).parents else ()
         if parts and parts[0] in SLOW_SUITES:
             item.add_marker(pytest.mark.slow)
+    if config.getoption("--quick"):
+        items[:], left_out = _quick(items)
+        config.hook.pytest_deselected(items=left_out)
 
 
 @pytest.fixture(autouse=True)
