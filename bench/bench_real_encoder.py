@@ -111,8 +111,9 @@ def main() -> None:
     random_model = retrieval.random_encoder(
         model.tokenizer, seed=0, texts=corpus.documents + corpus.queries
     )
-    comparison = retrieval.compare_search(corpus, doc_vectors, query_vectors, random_model)
+    random_vectors = random_model.encode(corpus.queries), random_model.encode(corpus.documents)
     del random_model
+    comparison = retrieval.compare_search(corpus, (query_vectors, doc_vectors), random_vectors)
     peaks["search (random encoder)"] = _peak_mb()
 
     before = retrieval.domain_recall(model, domain)

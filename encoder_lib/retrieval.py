@@ -352,22 +352,23 @@ class SearchComparison:
 
 def compare_search(
     corpus: SearchCorpus,
-    doc_vectors: torch.Tensor,
-    query_vectors: torch.Tensor,
-    random_model: BertEncoder,
+    trained_vectors: tuple[torch.Tensor, torch.Tensor],
+    random_vectors: tuple[torch.Tensor, torch.Tensor],
     ks: Sequence[int] = (1, 5),
 ) -> SearchComparison:
-    """Recall@k of the trained encoder (its ``doc_vectors`` ``(N, D)`` and ``query_vectors``
-    ``(Q, D)``, made by the caller), of ``TfIdf`` over ``corpus.documents`` and of
-    ``random_model`` (which this function runs on the corpus)."""
+    """Recall@k of the trained encoder ("MiniLM"), of ``TfIdf`` over ``corpus.documents`` and of
+    the same architecture with random weights ("random encoder").
+
+    Args:
+        trained_vectors, random_vectors: each encoder's ``(query_vectors (Q, D), doc_vectors
+            (N, D))`` for ``corpus.queries`` and ``corpus.documents``, made by the caller (so
+            that a model can be freed as soon as its vectors exist: ``random_encoder``).
+    """
     tfidf = TfIdf(corpus.documents)
     systems = {
-        "MiniLM": (query_vectors, doc_vectors),
+        "MiniLM": trained_vectors,
         "TF-IDF": (tfidf(corpus.queries), tfidf(corpus.documents)),
-        "random encoder": (
-            random_model.encode(corpus.queries),
-            random_model.encode(corpus.documents),
-        ),
+        "random encoder": random_vectors,
     }
     recall = {
         name: {k: recall_at_k(q, d, corpus.targets, k) for k in ks}

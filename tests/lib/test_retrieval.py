@@ -17,6 +17,7 @@ from encoder_lib.retrieval import (
     ACTIONS,
     TOOLS,
     TfIdf,
+    compare_search,
     content_words,
     domain_recall,
     fine_tune,
@@ -185,6 +186,29 @@ def test_search_returns_the_best_k_in_order():
     scores = [score for _, score in results]
     assert scores == sorted(scores, reverse=True)
     assert len(search("chain", tfidf, tfidf(DOCS), k=10)) == len(DOCS)
+
+
+def test_compare_search_scores_each_system_on_its_own_vectors(corpus):
+    n, d = len(corpus.documents), 16
+    documents = torch.nn.functional.normalize(
+        torch.randn(n, d, generator=torch.Generator().manual_seed(0)), dim=1
+    )
+    perfect = documents[list(corpus.targets)], documents  # each query is its document's vector
+    reversed_targets = documents[[n - 1 - t for t in corpus.targets]], documents
+    result = compare_search(corpus, perfect, reversed_targets, ks=(1, 3))
+    assert list(result.recall) == ["MiniLM", "TF-IDF", "random encoder"]
+    assert result.recall["MiniLM"] == {1: 1.0, 3: 1.0}
+    wrong = sum(n - 1 - t == t for t in corpus.targets) / len(corpus.queries)  # only if t = n-1-t
+    assert result.recall["random encoder"][1] == pytest.approx(wrong)
+    tfidf = TfIdf(corpus.documents)
+    expected = recall_at_k(tfidf(corpus.queries), tfidf(corpus.documents), corpus.targets, 1)
+    assert result.recall["TF-IDF"][1] == expected
+    assert result.n_queries == len(corpus.queries) and result.n_documents == n
+    assert (
+        str(result)
+        .splitlines()[0]
+        .startswith(f"retrieval recall@1 ({len(corpus.queries)} queries)")
+    )
 
 
 # --- the fine-tuning domain ----------------------------------------------------------------
