@@ -81,7 +81,7 @@ def breaches(cells: Sequence[Any], index: int, exercise: str) -> tuple[list[Brea
         if i > previous_test:
             own += cell_breaches(gid, cell.source, names, forbidden)
         else:
-            earlier += [b for b in cell_breaches(gid, cell.source, names, None) if not b.own]
+            earlier += [b for b in cell_breaches(gid, cell.source, names, None) if b.spreads]
     return own, earlier
 
 

@@ -66,7 +66,8 @@ MISTAKES: dict[str, str] = {
     "authorship-thread": "an answer cell uses threads or processes (threading, concurrent, "
     "multiprocessing, asyncio, subprocess, os.fork/spawn/system)",
     "authorship-internals": "an answer cell reaches the interpreter's internals (sys, gc, "
-    "ctypes, types, type(name, bases, dict), __code__, frames, torch._C, IPython's hooks)",
+    "ctypes, types, type(name, bases, dict), __code__, frames, profilers, torch._C and torch's "
+    "other private names, IPython's hooks)",
     "authorship-registry": "an answer cell uses torch's operator registry (torch.ops, "
     "torch._ops, torch.library)",
     "authorship-grader": "an answer cell uses the grader's own code (encoder_lib.grading, "
@@ -82,6 +83,10 @@ class Rule:
     """Why it is not allowed, in the student's terms."""
     mistake: str
     """Its id in ``MISTAKES``."""
+    spreads: bool = True
+    """Whether it costs every exercise graded after the cell too (a construct that can change
+    what later checks see); False: only the exercise whose answer uses it (a name that only
+    reaches a built-in)."""
 
 
 _R, _S, _T, _I, _O, _G = (
@@ -104,7 +109,17 @@ EVASIONS: dict[str, Rule] = {
     "torch._C": Rule("torch's internals (switching torch function modes off)", _I),
     "torch.overrides": Rule("torch function modes", _I),
     "torch.utils._python_dispatch": Rule("torch dispatch modes", _I),
+    "cProfile": Rule("a profiler, which replaces the grader's hook", _I),
+    "profile": Rule("a profiler, which replaces the grader's hook", _I),
+    "trace": Rule("a tracer, which replaces the grader's hook", _I),
+    "pdb": Rule("the debugger", _I),
+    "bdb": Rule("the debugger", _I),
     "importlib": Rule("the import machinery", _R),
+    "runpy": Rule("running code found by name", _R),
+    "code": Rule("running code from a string", _R),
+    "codeop": Rule("building code from a string", _R),
+    "timeit": Rule("running code from a string", _R),
+    "string.Formatter": Rule("attributes named by a string", _R),
     "builtins": Rule("Python's built-ins module", _R),
     "operator.attrgetter": Rule("an attribute named by a string", _R),
     "operator.methodcaller": Rule("a method named by a string", _R),
@@ -158,7 +173,8 @@ DUNDERS = frozenset(
     "__defaults__ __kwdefaults__ __subclasses__ __bases__ __base__ __mro__ __getattribute__ "
     "__setattr__ __delattr__ __import__ __loader__ __spec__ __torch_function__ "
     "__torch_dispatch__ __reduce__ __reduce_ex__ __class_getitem__ __init_subclass__ "
-    "__objclass__ __self_class__ cell_contents f_globals f_locals f_builtins f_back f_code "
+    "__objclass__ __self_class__ __getattr__ cell_contents f_globals f_locals f_builtins f_back "
+    "f_code "
     "f_trace f_lasti gi_frame gi_code gi_yieldfrom cr_frame cr_code cr_await ag_frame ag_code "
     "tb_frame tb_next co_code co_consts co_names".split()
 )
@@ -170,6 +186,16 @@ INSIDES = Rule(
 PRIVATE = Rule(
     "a private name of encoder_lib (the course's code behind the names it gives you)",
     "authorship-private",
+)
+TORCH_PRIVATE = Rule(
+    "torch's private internals (its operator bindings, reference implementations and "
+    "decompositions: the built-ins under other names)",
+    _I,
+    spreads=False,
+)
+AS_A_VALUE = Rule(
+    "getattr handed on as a value (to reduce, map...), which reaches attributes named at run time",
+    _R,
 )
 COMPUTED = Rule(
     "an attribute named at run time (write the attribute's name, obj.name; getattr on self "
@@ -207,6 +233,8 @@ class Breach:
     mistake: str = MISTAKE
     """The id the report counts it by: ``forbidden-built-in`` for the exercise's own rule, one
     of ``MISTAKES`` for everyone's."""
+    spreads: bool = True
+    """Whether it also costs the exercises graded after it (``Rule.spreads``)."""
 
     def says(self) -> str:
         return f"{self.construct} (answer cell {self.cell!r}, line {self.line}): {self.rule}"
@@ -333,6 +361,8 @@ def evasion(dotted: str) -> Rule | None:
         return Rule("starting or replacing a process", _T)
     if head == "encoder_lib" and any(_private(p) for p in dotted.split(".")[1:]):
         return PRIVATE
+    if head == "torch" and any(_private(p) for p in dotted.split(".")[1:]):
+        return TORCH_PRIVATE
     return None
 
 
@@ -364,13 +394,22 @@ def cell_breaches(
             return
         seen.add((line, construct))
         if isinstance(rule, Rule):
-            found.append(Breach(cell, line, construct, rule.what, own, rule.mistake))
+            found.append(Breach(cell, line, construct, rule.what, own, rule.mistake, rule.spreads))
         else:
             found.append(Breach(cell, line, construct, rule, own, "forbidden-built-in"))
 
     own_names = _bound_names(tree)
     magic_owners: set[int] = set()
+    called = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
     for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Name)
+            and node.id in ATTRIBUTE_BUILTINS
+            and id(node) not in called
+            and node.id not in names
+            and node.id not in own_names
+        ):
+            add(node, f"{node.id} as a value", AS_A_VALUE)
         magic = _magic(node)
         if magic:
             magic_owners.add(id(node.func.value.func))  # type: ignore[attr-defined]

@@ -171,6 +171,19 @@ EVASIONS = {
         "authorship-private",
     ),
     "g = getattr(encoder_lib, 'grading')": ("encoder_lib.grading", "authorship-grader"),
+    "import functools\nf = functools.reduce(getattr, ['nn', 'functional'], torch)": (
+        "getattr as a value",
+        "authorship-reflection",
+    ),
+    "import string\nf = string.Formatter().get_field('0.softmax', [F], {})": (
+        "string.Formatter",
+        "authorship-reflection",
+    ),
+    "import timeit\nt = timeit.timeit('1 + 1', number=1)": (
+        "import timeit",
+        "authorship-reflection",
+    ),
+    "import cProfile\ncProfile.Profile().enable()": ("import cProfile", "authorship-internals"),
 }
 """Source put before a right answer of layer_norm -> what the refusal must name (and, for
 the rules of issue 37, its mistake id)."""
@@ -218,3 +231,22 @@ def test_what_valid_answers_need_stays_allowed():
         "        return torch.softmax(x, -1) + F.relu(x) + math.sqrt(2)\n"
     )
     assert A.cell_breaches("c", allowed, {"torch": "torch", "F": "torch.nn.functional"}, None) == []
+
+
+ONLY_HERE = {
+    "ln = torch._refs.nn.functional.layer_norm": "torch._refs.nn.functional.layer_norm",
+    "v = torch._VF": "torch._VF",
+    "p = F._in_projection_packed": "F._in_projection_packed",
+}
+"""torch's other private names: refused where they are used (they only reach a built-in under
+another name), not in the exercises graded after it."""
+
+
+@pytest.mark.parametrize("line", ONLY_HERE, ids=range(len(ONLY_HERE)))
+def test_a_private_torch_name_costs_its_own_exercise_only(line):
+    nb = notebook("03_layer_norm")
+    found = refusals(C.with_cells(nb, {"answer_layer_norm": line + "\n\n" + RIGHT_LAYER_NORM}))
+    assert list(found) == ["test_layer_norm"], found
+    own, earlier = found["test_layer_norm"]
+    error = A.refusal(runner.EXERCISES["test_layer_norm"], own, earlier)
+    assert error.mistake == "authorship-internals" and ONLY_HERE[line] in error.problem
