@@ -755,7 +755,9 @@ def source_refusal(target: Any, exercise: str) -> Failure | None:
             tree = source_rules.parse(source)
             names = {**_global_aliases(target), **source_rules.aliases([tree])}
             found = (
-                source_rules.cell_breaches(_cell_name(filename), source, names, rules(exercise))
+                source_rules.cell_breaches(
+                    _cell_name(filename), source, names, rules(exercise), modules=False
+                )
                 if source
                 else []
             )

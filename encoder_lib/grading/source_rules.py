@@ -377,14 +377,20 @@ def forbidden_here(dotted: str, rules: Expanded) -> str | None:
 
 
 def cell_breaches(
-    cell: str, source: str, names: dict[str, str], forbidden: Forbidden | None
+    cell: str,
+    source: str,
+    names: dict[str, str],
+    forbidden: Forbidden | None,
+    modules: bool = True,
 ) -> list[Breach]:
     """The rules ``source`` (one answer cell) breaks: everyone's, and ``forbidden``'s (in every
-    form, ``observe.expanded``) if given. ``names``: what each imported name is (``aliases``)."""
+    form, ``observe.expanded``) if given. ``names``: what each imported name is (``aliases``).
+    ``modules=False``: a ``torch.nn`` module that calls a forbidden function is left to the
+    kernel's trap, which sees the call (the kernel's reading skips their 0.4 s survey)."""
     tree = parse(source)
     if tree is None:
         return []  # the kernel says so, with the line, when the cell runs
-    rules = expanded(forbidden) if forbidden is not None else None
+    rules = expanded(forbidden, modules) if forbidden is not None else None
     found: list[Breach] = []
     seen: set[tuple[int, str]] = set()
 
