@@ -26,8 +26,7 @@ output.LayerNorm                       norm2 (after the feed-forward network)
 =====================================  =====================================================
 
 ``nn.Linear`` stores its weight as (out, in) in both libraries, so no weight is transposed.
-The tests compare ``load_minilm`` with ``transformers.BertModel`` + mean pooling
-(tests/lib/test_minilm.py).
+The course's tests compare ``load_minilm`` with ``transformers.BertModel`` + mean pooling.
 """
 
 from __future__ import annotations

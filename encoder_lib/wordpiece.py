@@ -19,8 +19,8 @@ Text becomes tokens in two stages:
 model takes: ``[CLS] tokens [SEP]``, padded with ``[PAD]`` (id 0) to the longest text, with an
 attention mask (True = a real token) and token types (all 0 for one text per row).
 
-The tests check every stage against Hugging Face's ``tokenizers`` reading the model's own
-``tokenizer.json`` (tests/lib/test_wordpiece.py).
+The course's tests check every stage against Hugging Face's ``tokenizers`` reading the model's
+own ``tokenizer.json``.
 """
 
 from __future__ import annotations

@@ -188,10 +188,13 @@ def test_students_are_not_sent_to_files_their_edition_leaves_out(name):
 STUDENT_READ_MODULES = (
     "encoder",
     "jax_encoder",
+    "minilm",
     "mlm",
     "model",
     "modern_encoder",
     "pretraining",
+    "retrieval",
+    "wordpiece",
 )
 """encoder_lib modules whose code the notebooks send students to read."""
 
