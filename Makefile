@@ -2,7 +2,7 @@
 #   make lab         set up and open JupyterLab on work/ (the students' copy of notebooks/)
 #   make instructor  JupyterLab on the whole repository with nbgrader's formgrader (instructors)
 #   make test   set up and run every test (lint, library, graders, notebooks, nbgrader pipeline, nbval x3)
-#   make quick  the same without the slow end-to-end suites and nbval
+#   make quick  the inner loop (minutes): lint, the library, every check on a sample, structure
 
 PYTHON ?= python3
 VENV := .venv
@@ -101,10 +101,20 @@ test: lint
 	echo "exit status: grading suites + 100 if nbval failed: $$grading; the rest: $$rest"; \
 	[ "$$rest" = 0 ] && [ "$$grading" = 0 ]
 
-# The quick loop: everything but the slow end-to-end suites (nbgrader pipeline, browser, Dask)
-# and nbval. CI runs `make test`, which includes them.
+# The inner loop, a few minutes (docs/BENCHMARKS.md): lint, then pytest --quick (tests/conftest.py)
+# in two lanes at once, the checks (tests/grading) beside everything else. --quick leaves out
+# the slow suites (nbgrader pipeline, browser, Dask), nbval, nbgrader validate of every notebook
+# and the tests that start kernels, and tries each check on one variant per answer cell (the
+# first listed: the same sample every run). `make test` runs all of it.
 quick: lint
-	$(BIN)/python -m pytest -m "not slow"
+	@mkdir -p logs
+	( $(BIN)/python -m pytest --quick -p no:cacheprovider tests/grading \
+	    > logs/pytest-quick-grading.log 2>&1; echo $$? > logs/pytest-quick-grading.rc ) & \
+	$(BIN)/python -m pytest --quick -p no:cacheprovider --ignore=tests/grading; rest=$$?; \
+	wait; echo "==== the checks (tests/grading --quick) ===="; \
+	tail -n 15 logs/pytest-quick-grading.log; grading=$$(cat logs/pytest-quick-grading.rc); \
+	echo "exit status: tests/grading: $$grading; the rest: $$rest"; \
+	[ "$$rest" = 0 ] && [ "$$grading" = 0 ]
 
 nbval: setup
 	$(NBVAL)
