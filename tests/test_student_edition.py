@@ -125,7 +125,10 @@ def test_encoder_lib_works_without_the_instructors_package(edition):
 
 def test_student_makefile_serves_notebooks_without_instructor_tools(edition):
     dry_run = subprocess.run(
-        ["make", "-n", "-o", "setup", "lab"], cwd=edition, capture_output=True, text=True
+        ["make", "--no-print-directory", "-n", "-o", "setup", "lab"],
+        cwd=edition,
+        capture_output=True,
+        text=True,
     )
     assert dry_run.returncode == 0, dry_run.stderr
     # the student's answers live in work/, which git ignores (tools/work_copy.py makes it)

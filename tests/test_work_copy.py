@@ -62,7 +62,10 @@ def test_later_runs_add_what_is_new_and_touch_nothing_there(tmp_path):
 
 def test_make_lab_serves_the_working_copy_it_makes_first():
     dry_run = subprocess.run(
-        ["make", "-n", "-o", "setup", "lab"], cwd=ROOT, capture_output=True, text=True
+        ["make", "--no-print-directory", "-n", "-o", "setup", "lab"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
     )
     assert dry_run.returncode == 0, dry_run.stderr
     lines = dry_run.stdout.splitlines()
