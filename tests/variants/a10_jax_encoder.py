@@ -301,7 +301,7 @@ _LINEAR_BUGGY = [
         ),
         (T_LIN,),
         "(out, in)",
-        mistake="shape",
+        mistake="kernel-not-transposed",
     ),
     Variant(
         "kernel_replaced_by_an_array",
@@ -976,5 +976,187 @@ BUGGY += [
         (T_FF, T_BLOCK),
         "the exact form",
         mistake="gelu-exact",
+    ),
+]
+
+
+# --- exercise 7: make_optimizer and train_step (issue 39; jax_training_checks.py) ---------------
+
+TRAIN = "jax_train_step"
+T_TRAIN = f"test_{TRAIN}"
+
+_OPTIMIZER = (
+    "def make_optimizer(model, learning_rate, betas, weight_decay):\n"
+    "    b1, b2 = betas\n"
+    "    tx = optax.adamw(learning_rate, b1=b1, b2=b2, weight_decay=weight_decay)\n"
+    "    return nnx.Optimizer(model, tx, wrt=nnx.Param)\n"
+)
+_STEP = (
+    "def train_step(model, optimizer, x, y):\n"
+    "    def loss_fn(model):\n"
+    "        return jnp.mean((model(x, deterministic=True) - y) ** 2)\n\n"
+    "    loss, grads = nnx.value_and_grad(loss_fn)(model)\n"
+    "    optimizer.update(model, grads)\n"
+    "    return loss, grads\n"
+)
+
+
+def _train(optimizer: str = _OPTIMIZER, step: str = _STEP) -> str:
+    return f"import optax\n\n\n{optimizer}\n\n{step}"
+
+
+def _adamw(args: str) -> str:
+    """make_optimizer with ``optax.adamw(<args>)``."""
+    return (
+        "def make_optimizer(model, learning_rate, betas, weight_decay):\n"
+        "    b1, b2 = betas\n"
+        f"    return nnx.Optimizer(model, optax.adamw({args}), wrt=nnx.Param)\n"
+    )
+
+
+BUGGY += [
+    Variant(
+        "grad_of_the_input",
+        TRAIN,
+        _train(
+            step="def train_step(model, optimizer, x, y):\n"
+            "    def loss_fn(model, x):\n"
+            "        return jnp.mean((model(x, deterministic=True) - y) ** 2)\n\n"
+            "    loss, grads = nnx.value_and_grad(loss_fn, argnums=1)(model, x)\n"
+            "    optimizer.update(model, grads)\n"
+            "    return loss, grads\n"
+        ),
+        (T_TRAIN,),
+        "differentiates with respect to",
+        mistake="grad-wrong-argument",
+    ),
+    Variant(
+        "l2_in_the_gradient",
+        TRAIN,
+        _train(
+            optimizer="def make_optimizer(model, learning_rate, betas, weight_decay):\n"
+            "    tx = optax.chain(\n"
+            "        optax.add_decayed_weights(weight_decay),\n"
+            "        optax.adam(learning_rate, b1=betas[0], b2=betas[1]),\n"
+            "    )\n"
+            "    return nnx.Optimizer(model, tx, wrt=nnx.Param)\n"
+        ),
+        (T_TRAIN,),
+        "L2 regularisation",
+        mistake="l2-not-decoupled",
+    ),
+    Variant(
+        "betas_swapped",
+        TRAIN,
+        _train(_adamw("learning_rate, b1=b2, b2=b1, weight_decay=weight_decay")),
+        (T_TRAIN,),
+        "betas are swapped",
+        mistake="betas-swapped",
+    ),
+    Variant(
+        "learning_rate_and_decay_swapped",
+        TRAIN,
+        _train(_adamw("weight_decay, b1=b1, b2=b2, weight_decay=learning_rate")),
+        (T_TRAIN,),
+        "learning rate and the weight decay are swapped",
+        mistake="lr-weight-decay-swapped",
+    ),
+    Variant(
+        "optax_default_decay",
+        TRAIN,
+        _train(_adamw("learning_rate, b1=b1, b2=b2")),
+        (T_TRAIN,),
+        "optax.adamw without weight_decay=",
+        mistake="weight-decay-not-passed",
+    ),
+    Variant(
+        "adam_without_decay",
+        TRAIN,
+        _train(
+            "def make_optimizer(model, learning_rate, betas, weight_decay):\n"
+            "    tx = optax.adam(learning_rate, b1=betas[0], b2=betas[1])\n"
+            "    return nnx.Optimizer(model, tx, wrt=nnx.Param)\n"
+        ),
+        (T_TRAIN,),
+        "this is Adam",
+        mistake="weight-decay-not-passed",
+    ),
+    Variant(
+        "optimiser_state_made_every_step",
+        TRAIN,
+        _train(
+            step="def train_step(model, optimizer, x, y):\n"
+            "    def loss_fn(model):\n"
+            "        return jnp.mean((model(x, deterministic=True) - y) ** 2)\n\n"
+            "    loss, grads = nnx.value_and_grad(loss_fn)(model)\n"
+            "    params = nnx.state(model, nnx.Param)\n"
+            "    opt_state = optimizer.tx.init(params)  # a new state at every step\n"
+            "    updates, _ = optimizer.tx.update(grads, opt_state, params)\n"
+            "    nnx.update(model, optax.apply_updates(params, updates))\n"
+            "    return loss, grads\n"
+        ),
+        (T_TRAIN,),
+        "fresh optimiser state",
+        mistake="state-not-carried",
+    ),
+    Variant(
+        "loss_as_a_float",
+        TRAIN,
+        _train(step=_STEP.replace("return loss, grads", "return float(loss), grads")),
+        (T_TRAIN,),
+        "nnx.jit",
+        mistake="not-jittable",
+    ),
+    Variant(
+        "returns_the_loss_only",
+        TRAIN,
+        _train(step=_STEP.replace("return loss, grads", "return loss")),
+        (T_TRAIN,),
+        "return the gradients",
+        mistake="grads-not-returned",
+    ),
+    Variant(
+        "returns_grads_then_loss",
+        TRAIN,
+        _train(step=_STEP.replace("return loss, grads", "return grads, loss")),
+        (T_TRAIN,),
+        "a single number",
+        mistake="loss-not-a-scalar",
+    ),
+]
+
+CORRECT += [
+    Variant(
+        "adamw_by_parts_and_grad_then_loss",
+        TRAIN,
+        _train(
+            optimizer="def make_optimizer(model, learning_rate, betas, weight_decay):\n"
+            "    tx = optax.chain(  # AdamW written out: Adam's scaling, then the decay beside it\n"
+            "        optax.scale_by_adam(b1=betas[0], b2=betas[1], eps=1e-8),\n"
+            "        optax.add_decayed_weights(weight_decay),\n"
+            "        optax.scale(-learning_rate),\n"
+            "    )\n"
+            "    return nnx.Optimizer(model, tx, wrt=nnx.Param)\n",
+            step="def train_step(model, optimizer, x, y):\n"
+            "    def loss_fn(model):\n"
+            "        return ((model(x, deterministic=True) - y) ** 2).mean()\n\n"
+            "    grads = nnx.grad(loss_fn)(model)\n"
+            "    loss = loss_fn(model)  # before the update\n"
+            "    optimizer.update(model, grads)\n"
+            "    return loss, grads\n",
+        ),
+    ),
+    Variant(
+        "loss_as_a_sum_over_the_size",
+        TRAIN,
+        _train(
+            step="def train_step(model, optimizer, x, y):\n"
+            "    def loss_fn(model):\n"
+            "        error = model(x, deterministic=True) - y\n"
+            "        return jnp.sum(error**2) / error.size\n\n"
+            "    loss, grads = nnx.value_and_grad(loss_fn)(model)\n"
+            "    optimizer.update(model, grads)\n"
+            "    return loss, grads\n"
+        ),
     ),
 ]
