@@ -206,3 +206,44 @@ def test_library_docstrings_students_read_name_no_instructor_file(module):
     source = (SOLUTIONS.parent / "encoder_lib" / f"{module}.py").read_text()
     found = STUDENT_LEAVES_OUT.findall(source)
     assert not found, f"encoder_lib/{module}.py names {found}, absent from the student edition"
+
+
+RULES_LINK = "../01_self_attention/01_self_attention.ipynb#Rules-for-answers"
+
+
+def _rules_section() -> str:
+    (cell,) = [c for c in _cells("01_self_attention") if c.get("id") == "rules-for-answers"]
+    return cell.source
+
+
+def test_notebook_01_states_the_rules_for_answers_before_the_setup_cell():
+    cells = _cells("01_self_attention")
+    rules = next(i for i, c in enumerate(cells) if c.get("id") == "rules-for-answers")
+    setup = next(i for i, c in enumerate(cells) if _grade_id(c) == "setup")
+    assert rules < setup
+    # JupyterLab's anchor for a heading: its text with spaces as hyphens
+    assert _rules_section().startswith("### Rules for answers\n")
+
+
+@pytest.mark.parametrize("name", [n for n in assignments() if n != "01_self_attention"])
+def test_every_other_notebook_links_to_the_rules_from_its_introduction(name):
+    assert RULES_LINK in _cells(name)[0].source
+
+
+def test_what_the_rules_say_is_never_allowed_is_refused_by_the_source_rules():
+    """Each name the students' "Never in an answer cell" list gives is refused by
+    ``encoder_lib.grading.source_rules`` when an answer uses it (the text and the engine agree)."""
+    from encoder_lib.grading.source_rules import aliases, cell_breaches, parse
+
+    never = next(line for line in _rules_section().split("\n- ") if line.startswith("Never"))
+    named = re.findall(r"`([A-Za-z_][\w.]*)(?:\(\))?`", never)
+    assert len(named) >= 15, named
+    for name in named:
+        root = name.split(".")[0]
+        source = f"import {root}\n\ndef answer(x):\n    return {name}\n"
+        if root in ("exec", "eval", "globals", "type"):
+            source = f"def answer(x):\n    return {name}\n"
+        elif name.startswith("__"):  # a function's insides
+            source = f"def answer(x):\n    return answer.{name}\n"
+        breaches = cell_breaches("answer", source, aliases([parse(source)]), None)
+        assert breaches, f"the rules text forbids `{name}`, but source_rules accepts {source!r}"
