@@ -24,7 +24,7 @@ ones in the kernel, to the cell that defines the answer). Here they are applied 
 
 Imports anywhere before the test cell (the setup cell's included) say what each name is.
 
-This is a rule check, not a sandbox: see the README, "How grading works".
+This is a rule check, not a sandbox: see docs/GRADING.md, "What is guaranteed, and what is not".
 """
 
 from __future__ import annotations

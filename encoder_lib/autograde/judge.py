@@ -33,7 +33,7 @@ instructor's report (``encoder_lib.autograde.report``) counts mistakes from thes
 ``DisableCodeAboveSetup`` (a sanitize step) blanks student code cells placed above the locked
 setup cell, so that the notebook starts the way the course set it up.
 
-What is and is not guaranteed is written in the README ("How grading works").
+What is and is not guaranteed is written in docs/GRADING.md.
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ cuts the gradient is told so in the notebook, not first at grading.
 When an answer fails and its code calls the answer to an earlier exercise of the same notebook
 (``scaled_dot_product_attention`` calling ``attention_scores``), that earlier exercise is checked
 too; if it is wrong, the message says that the mistake lives there (``DEPENDS``). The dependent
-exercise still scores 0 unless ``SPARE_DEPENDENTS`` is set (README, "How grading works").
+exercise still scores 0 unless ``SPARE_DEPENDENTS`` is set (docs/GRADING.md).
 
 Every failure carries the id of its mistake (``GradingError.mistake``), which does not change
 when the wording does: a catalogue entry's or a probe's own (``feedback.Mistake``), else the id

@@ -26,8 +26,8 @@ Two kinds of rule:
   a library (``F.softmax = ...``).
 
 ``getattr(obj, "name")`` with a literal name is read as ``obj.name`` (and so meets every rule
-that ``obj.name`` would). This is a rule check, not a sandbox: see the README, "How grading
-works".
+that ``obj.name`` would). This is a rule check, not a sandbox: see docs/GRADING.md, "What is
+guaranteed, and what is not".
 """
 
 from __future__ import annotations
