@@ -20,6 +20,7 @@ from . import (
     encoder_checks,
     feed_forward_checks,
     jax_checks,
+    jax_training_checks,
     layer_norm_checks,
     masked_lm_checks,
     modern_checks,
@@ -34,6 +35,7 @@ from .encoder_checks import *  # noqa: F403
 from .feed_forward_checks import *  # noqa: F403
 from .feedback import ForbiddenCallError, GradingError, NotWrittenYet, hint, show_full_tracebacks
 from .jax_checks import *  # noqa: F403
+from .jax_training_checks import *  # noqa: F403
 from .layer_norm_checks import *  # noqa: F403
 from .masked_lm_checks import *  # noqa: F403
 from .modern_checks import *  # noqa: F403
@@ -62,5 +64,6 @@ __all__ = [
     *masked_lm_checks.__all__,
     *modern_checks.__all__,
     *jax_checks.__all__,
+    *jax_training_checks.__all__,
     *real_encoder_checks.__all__,
 ]

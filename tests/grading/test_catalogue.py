@@ -217,6 +217,7 @@ RETURNS_NO_TENSOR = {
     ("10_jax_encoder", "jax_feed_forward"),
     ("10_jax_encoder", "jax_attention"),
     ("10_jax_encoder", "jax_encoder_block"),
+    ("10_jax_encoder", "jax_train_step"),  # JAX arrays, an nnx.State, an nnx.Optimizer
     ("11_real_encoder", "answer_wordpiece"),  # lists of strings
     ("11_real_encoder", "answer_tokenize"),
     ("11_real_encoder", "answer_load_bert_layer"),  # an EncoderLayer, run by the check

@@ -17,7 +17,7 @@ from torch import nn
 
 pytest.importorskip("flax.nnx")
 
-from encoder_lib.grading import jax_checks, observe_jax, runner
+from encoder_lib.grading import jax_checks, jax_training_checks, observe_jax, runner
 from encoder_lib.grading.observe import Observation
 
 CHECKS = {
@@ -35,6 +35,9 @@ CHECKS = {
     "test_jax_encoder_block": Check(
         "jax_encoder_block", "EncoderBlock", jax_checks.check_jax_encoder_block
     ),
+    "test_jax_train_step": Check(
+        "jax_train_step", "train_step", jax_training_checks.check_jax_train_step
+    ),
 }
 POINTS = {
     "test_jax_dropout": 1,
@@ -43,13 +46,14 @@ POINTS = {
     "test_jax_feed_forward": 1,
     "test_jax_attention": 2,
     "test_jax_encoder_block": 2,
+    "test_jax_train_step": 2,
 }
 NOTEBOOK = SolutionNotebook("10_jax_encoder", CHECKS)
 
 
 def test_notebook_has_the_cells_and_points_the_checks_expect():
     NOTEBOOK.assert_cells_and_points(POINTS)
-    assert sum(POINTS.values()) == 9
+    assert sum(POINTS.values()) == 11
 
 
 def _with_masks(monkeypatch, masks, p: float) -> None:
