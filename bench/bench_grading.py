@@ -21,7 +21,7 @@ student submits the reference answers, then prints, side by side and from the sa
 4. the scheduler's overhead per task (no-op tasks through the same cluster, one at a time and
    all at once);
 5. projections: 100 students x N notebooks on this machine, and 10,000 students x N notebooks on
-   50 workers, N being the course's notebooks (how: see the README, "How long it takes").
+   50 workers, N being the course's notebooks (how: see docs/BENCHMARKS.md, "Grading a class").
 
 Steps 2, 3 and 5 run twice, with warm kernels (forked from a process that has imported torch:
 ``encoder_lib.autograde.warm_kernels``, nbgrader_config.py's choice) and with cold ones

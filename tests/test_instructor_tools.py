@@ -84,5 +84,5 @@ def test_overwrite_cells_settings_apply_to_the_courses_subclass():
     from encoder_lib.autograde.overwrite import HiddenTestsOverwriteCells
 
     config = PyFileConfigLoader("nbgrader_config.py", path=str(ROOT)).load_config()
-    assert config.OverwriteCells.add_missing_cells is True  # as the README says
+    assert config.OverwriteCells.add_missing_cells is True  # as docs/INSTRUCTORS.md says
     assert HiddenTestsOverwriteCells(config=config).add_missing_cells is True

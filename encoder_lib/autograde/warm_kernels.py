@@ -23,7 +23,7 @@ Why this is safe, and where it is not:
   source or another kernel. The source reaps its children and tells each kernel's provisioner
   its exit status.
 - **Not a sandbox.** The children share the file system with everything else, as cold kernels
-  do (see README, "How grading works").
+  do (see docs/GRADING.md).
 - **Stale code.** The source keeps the code it imported: after editing ``encoder_lib``, start a
   new grading command (each starts its own source).
 

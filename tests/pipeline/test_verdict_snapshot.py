@@ -1,7 +1,7 @@
 """tools/verdict_snapshot.py on a small class: the same decisions with warm and cold kernels.
 
 The whole snapshot (every variant of every notebook, about an hour on two cores) is run by hand
-before a change to the kernels or the judge lands (README, "How grading works"); here one
+before a change to the kernels or the judge lands (docs/GRADING.md); here one
 notebook's reference, stub and first variant per answer cell keep the tool itself working.
 """
 
