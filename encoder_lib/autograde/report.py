@@ -59,7 +59,8 @@ CSV_COLUMNS = (
     "counted_at_exercise",
     "message",
 )
-"""One CSV row per student and test cell (docs/INSTRUCTORS.md, "6. Which mistakes did the class make")."""
+"""One CSV row per student and test cell (docs/INSTRUCTORS.md, "6. Which mistakes did the class
+make")."""
 
 
 class ReportError(Exception):
