@@ -193,17 +193,27 @@ class Forbidden:
         """``python`` and the objects of ``by_name`` whose package is imported."""
         found = dict(self.python)
         for where, name in self.by_name.items():
-            module, _, qualname = where.partition(":")
-            if module.partition(".")[0] not in sys.modules:
+            if where.partition(":")[0].partition(".")[0] not in sys.modules:
                 continue
-            try:
-                obj: Any = importlib.import_module(module)
-                for part in qualname.split("."):
-                    obj = getattr(obj, part)
-            except (ImportError, AttributeError):
-                continue
-            found[obj] = name
+            obj = _resolve(where)
+            if obj is not _MISSING:
+                found[obj] = name
         return found
+
+
+_MISSING = object()
+
+
+def _resolve(where: str) -> Any:
+    """The object ``"module:qualname"`` names, or ``_MISSING`` if it cannot be imported."""
+    module, _, qualname = where.partition(":")
+    try:
+        obj: Any = importlib.import_module(module)
+        for part in qualname.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError):
+        return _MISSING
+    return obj
 
 
 FORBIDDEN: dict[str, Forbidden] = {}
@@ -237,14 +247,9 @@ def _course_wide(exercise: str) -> Forbidden:
     wanted = {_plain(exercise), *(_plain(e.target) for e in known)}
     found: dict[Any, str] = {}
     for where in COURSE_WIDE.get(exercise, ()):
-        module, _, qualname = where.partition(":")
-        try:
-            obj: Any = importlib.import_module(module)
-            for part in qualname.split("."):
-                obj = getattr(obj, part)
-        except (ImportError, AttributeError):
-            continue
-        found[obj] = f"{module}.{qualname}"
+        obj = _resolve(where)
+        if obj is not _MISSING:
+            found[obj] = where.replace(":", ".")
     for name, module in list(sys.modules.items()):
         if not _library_module(name) or module is None:
             continue

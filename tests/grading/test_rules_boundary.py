@@ -62,21 +62,7 @@ def graded_in_a_notebook(assignment: str, gid: str, source: str, test_cell: str)
     notebook runs them: each cell's source is known to ``linecache`` under its file name (as
     IPython registers it), so the kernel's side of the rules reads it."""
     book = solution(assignment)
-    tag = uuid.uuid4().hex[:8]  # a fresh file name per run, as IPython gives each execution
-    namespace = None
-    original = book.execute
-
-    def execute(grade_id, ns, src=None):
-        code = book.source(grade_id) if src is None else src
-        filename = f"<cell {grade_id} {tag}>"
-        linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
-        exec(compile(code, filename, "exec"), ns)
-
-    book.execute = execute  # type: ignore[method-assign]
-    try:
-        namespace = book.namespace({gid: source})
-    finally:
-        book.execute = original  # type: ignore[method-assign]
+    namespace = registered_namespace(assignment, {gid: source})
     test = (
         book.source(test_cell)
         .replace("### BEGIN HIDDEN TESTS", "")
