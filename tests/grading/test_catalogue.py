@@ -44,17 +44,33 @@ def own_test_cell(notebook: SolutionNotebook, answer: str) -> str:
     return next(t for t in order[order.index(answer) :] if t in notebook.tests)
 
 
+def test_cells_below(notebook: SolutionNotebook, answer: str) -> list[str]:
+    """The test cells below ``answer`` in the notebook: the only ones its source can change. At
+    autograde, as in Run All, cells run in order, so a test cell above an answer has given its
+    verdict before the answer exists (the reference's verdict, which
+    test_reference_solution_keeps_every_point_silently proves is full points)."""
+    order = list(notebook.cells)
+    return [t for t in order[order.index(answer) :] if t in notebook.tests]
+
+
 def run_test_cells(
-    notebook: SolutionNotebook, replace: dict[str, str] | None = None
+    notebook: SolutionNotebook, replace: dict[str, str], test_cells: list[str] | None = None
 ) -> dict[str, GradingError | None]:
-    """Each test cell's ``GradingError`` (which scores it 0), or None when it keeps its points."""
-    return grade_test_cells(notebook, notebook.namespace(replace))
+    """Each of ``test_cells``' ``GradingError`` (which scores it 0), or None when it keeps its
+    points, with the answer cells in ``replace`` (grade_id -> source) replaced. By default the
+    test cells below the first replaced answer (``test_cells_below``)."""
+    if test_cells is None:
+        first = next(answer for answer in notebook.answers if answer in replace)
+        test_cells = test_cells_below(notebook, first)
+    return grade_test_cells(notebook, notebook.namespace(replace), test_cells)
 
 
-def grade_test_cells(notebook: SolutionNotebook, namespace: dict) -> dict[str, GradingError | None]:
-    """``run_test_cells`` in a namespace already built."""
+def grade_test_cells(
+    notebook: SolutionNotebook, namespace: dict, test_cells: list[str] | None = None
+) -> dict[str, GradingError | None]:
+    """``run_test_cells`` in a namespace already built (default: every test cell)."""
     errors: dict[str, GradingError | None] = {}
-    for test_cell in notebook.tests:
+    for test_cell in notebook.tests if test_cells is None else test_cells:
         try:
             notebook.execute(test_cell, namespace)
             errors[test_cell] = None
@@ -107,6 +123,9 @@ def test_reference_solution_keeps_every_point_silently(assignment, capsys, recwa
 @pytest.mark.parametrize(("assignment", "variant"), _params("buggy"))
 def test_buggy_answer_loses_exactly_its_cells_and_is_named(assignment, variant: Variant):
     notebook = NOTEBOOKS[assignment]
+    assert set(variant.fails) <= set(test_cells_below(notebook, variant.cell)), (
+        "a test cell above the answer cannot fail on it"
+    )
     errors = run_test_cells(notebook, {variant.cell: variant.source})
     failing = {test_cell for test_cell, error in errors.items() if error is not None}
     assert failing == set(variant.fails), {t: str(e) for t, e in errors.items() if e}
@@ -177,8 +196,9 @@ def test_correct_answer_keeps_every_point_silently(assignment, variant: Variant,
 )
 def test_untouched_stub_says_not_written_yet(assignment, answer):
     notebook = NOTEBOOKS[assignment]
-    errors = run_test_cells(notebook, {answer: stub(notebook.source(answer))})
-    message = str(errors[own_test_cell(notebook, answer)])
+    own = own_test_cell(notebook, answer)
+    errors = run_test_cells(notebook, {answer: stub(notebook.source(answer))}, [own])
+    message = str(errors[own])
     assert "not written yet" in message and "NotImplementedError" in message, message
 
 
