@@ -10,10 +10,6 @@ SLOW_SUITES = ("pipeline", "ui", "dask")
 """Folders of tests/ whose tests are marked ``slow`` (real nbgrader, a real browser, Dask)."""
 
 QUICK_LEAVES_OUT = {
-    # nbgrader validate (and --invert) of every notebook: a kernel runs each one whole; the
-    # pipeline grades every notebook anyway
-    "test_nbgrader_validate_passes_every_solution",
-    "test_every_graded_test_fails_on_the_untouched_student_version",
     # every variant of every answer judged twice, here and through the wire (test_wire.py,
     # which quick runs, checks the wire itself)
     "test_every_verdict_is_the_same_through_the_wire",

@@ -1,5 +1,12 @@
-"""The student versions are what nbgrader makes from the solutions, and nbgrader agrees that the
-solutions pass every test and the untouched student versions fail every one."""
+"""The student versions are what nbgrader makes from the solutions, and the solutions are
+committed executed.
+
+That the solutions pass every test and the untouched student versions fail every one is proved
+through the real ``nbgrader autograde`` of a class, for every notebook, in
+tests/pipeline/test_grading_pipeline.py (``test_reference_answers_get_full_marks`` and
+``test_untouched_notebook_scores_zero_without_crashing``). Until 2026-11-29 this file also ran ``nbgrader validate`` on each solution and
+each student version: 22 executions of whole notebooks (47 s for notebook 10 alone) that proved
+the same things more weakly (no gradebook, no hidden tests' points)."""
 
 from __future__ import annotations
 
@@ -8,7 +15,6 @@ import re
 import nbformat
 import pytest
 import variants
-from nbgrader.validator import Validator
 
 from tools.build_course import RELEASE, SOLUTIONS, assignments, stale
 
@@ -54,19 +60,10 @@ def test_solution_is_committed_executed_on_python3(name):
 
 
 @pytest.mark.parametrize("name", ASSIGNMENTS)
-def test_nbgrader_validate_passes_every_solution(name):
-    for path in _notebooks(SOLUTIONS, name):
-        assert len(_graded_ids(path)) >= 2
-        assert Validator().validate(str(path)) == {}
-
-
-@pytest.mark.parametrize("name", ASSIGNMENTS)
-def test_every_graded_test_fails_on_the_untouched_student_version(name):
-    for path in _notebooks(RELEASE, name):
-        graded = _graded_ids(path)
-        assert len(graded) >= 2
-        # With invert=True the validator lists the graded cells that *pass*: there must be none.
-        assert Validator(invert=True).validate(str(path)) == {}
+def test_solution_and_student_version_have_graded_tests(name):
+    for folder in (SOLUTIONS, RELEASE):
+        for path in _notebooks(folder, name):
+            assert len(_graded_ids(path)) >= 2, path
 
 
 _BLOCK = re.compile(r"### BEGIN (SOLUTION|HIDDEN TESTS)\n(.*?)### END \1", re.S)
