@@ -48,6 +48,33 @@ VARIANTS = os.environ.get("PIPELINE_VARIANTS", "sample")
 # limit. Every variant of every notebook is still judged in-process by tests/grading.
 HEAVY = {"10_jax_encoder": "one per cell"}
 
+# Buggy answers of tests/variants (by name) that always get a student, whatever the sample: the
+# mistakes of issue 38, whose ids, feedback words and report rows test_named_mistakes.py reads
+# from the class. (Until 2026-11-29 they were graded in a small class of their own.)
+NAMED_MISTAKES: dict[str, tuple[str, ...]] = {
+    "06_sentiment_capstone": ("divided_by_batch_count", "divided_by_mean_length", "prefix_lengths"),
+    "07_decoder": (
+        "causal_padding_on_query_rows",
+        "causal_padding_without_head_axis",
+        "cross_source_mask_without_head_axis",
+        "greedy_samples",
+        "greedy_finished_forgotten",
+    ),
+    "08_pretraining": (
+        "raw_logits_as_log_probabilities",
+        "least_likely_first",
+        "special_tokens_zeroed",
+    ),
+    "10_jax_encoder": (
+        "kernel_replaced_by_an_array",
+        "not_transposed",
+        "plain_arrays",
+        "one_draw_for_the_whole_array",
+        "key_made_in_init",
+        "mask_hides_query_rows",
+    ),
+}
+
 # LMS-style file names: <student>_<lms user id>_<submission id>_<notebook>.ipynb; the named
 # groups are what `nbgrader zip_collect` needs (it matches the regex against the full path).
 ZIP_REGEX = r".*/(?P<student_id>[A-Za-z0-9-]+)_\d+_\d+_(?P<file_id>[^/]+\.ipynb)$"
@@ -71,9 +98,15 @@ def lost_points(layout: C.Layout, cells) -> float:
 
 
 def variants_of(assignment: str, buggy: list, correct: list) -> tuple[list, list]:
-    """The variants of ``assignment`` that get a student: ``VARIANTS``, or ``HEAVY``'s mode."""
+    """The variants of ``assignment`` that get a student: ``VARIANTS``, or ``HEAVY``'s mode, and
+    the ``NAMED_MISTAKES``, in tests/variants' order."""
     mode = VARIANTS if VARIANTS == "all" else HEAVY.get(assignment, VARIANTS)
-    return select_variants(buggy, correct, mode)
+    chosen, correct = select_variants(buggy, correct, mode)
+    named = NAMED_MISTAKES.get(assignment, ())
+    missing = set(named) - {v.name for v in buggy}
+    assert not missing, f"{assignment}: no buggy variant named {sorted(missing)}"
+    keep = {id(v) for v in chosen} | {id(v) for v in buggy if v.name in named}
+    return [v for v in buggy if id(v) in keep], correct
 
 
 def select_variants(buggy: list, correct: list, mode: str = VARIANTS) -> tuple[list, list]:

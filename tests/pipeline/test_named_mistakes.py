@@ -1,7 +1,7 @@
-"""The mistakes of issue 38, named through the real nbgrader: a small class of its own, one
-student per buggy answer (tests/variants) that makes one of them, autograded by
-``python -m encoder_lib.autograde``, given feedback by ``nbgrader generate_feedback`` and
-reported by ``encoder_lib.autograde.report``.
+"""The mistakes of issue 38, named through the real nbgrader: in the class that conftest.py
+grades, one student per buggy answer (tests/variants) that makes one of them
+(``roster.NAMED_MISTAKES``), autograded by ``python -m encoder_lib.autograde``, given feedback by
+``nbgrader generate_feedback`` and reported by ``encoder_lib.autograde.report``.
 
 For each student: the test cell of the planted answer scores 0, its recorded verdict carries the
 mistake id the answer declares (``Variant.mistake``), the feedback page says the answer's words
@@ -21,65 +21,32 @@ from encoder_lib.autograde import report as R
 from pipeline import course as C
 from pipeline import roster
 
-NAMED = {
-    "06_sentiment_capstone": ("divided_by_batch_count", "divided_by_mean_length", "prefix_lengths"),
-    "07_decoder": (
-        "causal_padding_on_query_rows",
-        "causal_padding_without_head_axis",
-        "cross_source_mask_without_head_axis",
-        "greedy_samples",
-        "greedy_finished_forgotten",
-    ),
-    "08_pretraining": (
-        "raw_logits_as_log_probabilities",
-        "least_likely_first",
-        "special_tokens_zeroed",
-    ),
-    "10_jax_encoder": (
-        "kernel_replaced_by_an_array",
-        "not_transposed",
-        "plain_arrays",
-        "one_draw_for_the_whole_array",
-        "key_made_in_init",
-        "mask_hides_query_rows",
-    ),
-}
-"""Assignment -> the buggy answers of tests/variants graded here (by name)."""
+NAMED = roster.NAMED_MISTAKES
+"""Assignment -> the buggy answers of tests/variants checked here (by name); the class grades
+them whatever its sample."""
 
 
-def _assignments() -> list[str]:
-    present = set(C.graded_assignments())
-    return [a for a in NAMED if a in present]
-
-
-def _planted(assignment: str) -> list:
-    buggy, _ = C.load_variants(assignment)
+def _planted(graded, assignment: str) -> list:
+    buggy, _ = graded.plan.variants[assignment]
     chosen = [v for v in buggy if v.name in NAMED[assignment]]
     assert {v.name for v in chosen} == set(NAMED[assignment]), assignment
     return chosen
 
 
 @pytest.fixture(scope="module")
-def named_class(tmp_path_factory):
-    assignments = _assignments()
+def named_class(graded):
+    """The class's students who made one of ``NAMED``: (course, layouts, student -> (assignment,
+    variant), autograde's log, the assignments)."""
+    assignments = [a for a in NAMED if a in graded.plan.present]
     if not assignments:
         pytest.skip("none of 06, 07, 08, 10 is in PIPELINE_ASSIGNMENTS")
-    course = C.Course.create(tmp_path_factory.mktemp("named"), assignments)
-    course.generate("*")
-    layouts = {a: C.layout(C.source_notebook(a)) for a in assignments}
-    students: dict[str, tuple[str, object]] = {}
-    for a in assignments:
-        layout = layouts[a]
-        ref = C.with_cells(C.read(course.release_path(a, layout.name)), layout.reference)
-        for v in _planted(a):
-            student = roster.variant_student("bug", a, v)
-            students[student] = (a, v)
-            course.submit(student, a, layout.name, C.with_cells(ref, {v.cell: v.source}))
-    course.add_students(sorted(students))
-    logs = {a: course.autograde(a) for a in assignments}
-    for a in assignments:
-        course.feedback(a)
-    return course, layouts, students, logs, assignments
+    students = {
+        roster.variant_student("bug", a, v): (a, v)
+        for a in assignments
+        for v in _planted(graded, a)
+    }
+    logs = dict.fromkeys(assignments, graded.logs.get("autograde", ""))
+    return graded.course, graded.plan.layouts, students, logs, assignments
 
 
 def _own_test_cell(layout, cell: str) -> str:
