@@ -21,9 +21,9 @@ Two kinds of rule:
   ``exec``, ``globals()``...), serialisation (``pickle``, ``marshal``, ``copyreg``, ``shelve``,
   ``dill``, ``torch.load``), threads and processes, the interpreter's internals (``sys``,
   ``gc``, ``ctypes``, ``types``, three-argument ``type(...)``, code and frame attributes,
-  ``torch._C``), torch's operator registry (``torch.ops``, ``torch._ops``, ``torch.library``),
-  the grader's own code and any private name (``_x``) of ``encoder_lib``; and no assignment into
-  a library (``F.softmax = ...``).
+  ``torch._C``, private names of torch, JAX, Flax and optax), torch's operator registry
+  (``torch.ops``, ``torch._ops``, ``torch.library``), the grader's own code and any private
+  name (``_x``) of ``encoder_lib``; and no assignment into a library (``F.softmax = ...``).
 
 ``getattr(obj, "name")`` with a literal name is read as ``obj.name`` (and so meets every rule
 that ``obj.name`` would). This is a rule check, not a sandbox: see docs/GRADING.md, "What is
@@ -36,6 +36,8 @@ import ast
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
+from importlib.machinery import PathFinder
+from types import ModuleType
 from typing import Any
 
 from .observe import Expanded, Forbidden, expanded
@@ -67,7 +69,7 @@ MISTAKES: dict[str, str] = {
     "multiprocessing, asyncio, subprocess, os.fork/spawn/system)",
     "authorship-internals": "an answer cell reaches the interpreter's internals (sys, gc, "
     "ctypes, types, type(name, bases, dict), __code__, frames, profilers, torch._C and torch's "
-    "other private names, IPython's hooks)",
+    "other private names, JAX's and Flax's private names, IPython's hooks)",
     "authorship-registry": "an answer cell uses torch's operator registry (torch.ops, "
     "torch._ops, torch.library)",
     "authorship-grader": "an answer cell uses the grader's own code (encoder_lib.grading, "
@@ -193,6 +195,17 @@ TORCH_PRIVATE = Rule(
     _I,
     spreads=False,
 )
+LIBRARY_PRIVATE = Rule(
+    "a private name of JAX, Flax or optax (the helpers behind their public functions and "
+    "modules, jax._src...: the built-ins under other names, which the grader does not watch)",
+    _I,
+    spreads=False,
+)
+LIBRARY_PRIVATE_ROOTS = ("jax", "jaxlib", "flax", "optax")
+"""Packages whose private names (``_x`` after the package's name) are refused as torch's are
+(``TORCH_PRIVATE``): ``flax.nnx.nn.normalization._normalize`` computes ``nnx.LayerNorm``
+without being it, and ``jax._src`` holds every public JAX function under another name. The
+source rules cannot resolve them (nbgrader's process never imports JAX), so they go by name."""
 AS_A_VALUE = Rule(
     "getattr handed on as a value (to reduce, map...), which reaches attributes named at run time",
     _R,
@@ -200,6 +213,12 @@ AS_A_VALUE = Rule(
 COMPUTED = Rule(
     "an attribute named at run time (write the attribute's name, obj.name; getattr on self "
     "with a computed name is allowed, for your module's own sub-modules)",
+    _R,
+)
+MODULE_VALUE = Rule(
+    "a module handed on as a value (assigned to a name, passed, put in a list or a default): "
+    "what is taken from it afterwards escapes the rules. Write the module's name where you "
+    "use it (jnp.sqrt, torch.nn.functional.relu)",
     _R,
 )
 TYPE3 = Rule("building a class by hand", _I)
@@ -351,8 +370,80 @@ def _private(part: str) -> bool:
     return part.startswith("_") and not (part.startswith("__") and part.endswith("__"))
 
 
+REEXPORTED = frozenset(
+    "sys gc ctypes types inspect IPython ipykernel importlib runpy codeop timeit builtins pickle "
+    "_pickle cPickle marshal copyreg shelve dill cloudpickle threading _thread concurrent "
+    "multiprocessing asyncio subprocess cProfile pdb bdb os".split()
+)
+"""Modules of ``EVASIONS`` (and ``os``) that libraries import and so hold as attributes:
+``torch.sys``, ``torch.threading``, ``nnx.reprlib.sys``, ``flax.nnx.variablelib.threading``.
+A dotted name through one of them meets that module's rules (read by name: the judge cannot
+import JAX to see what ``nnx.reprlib.sys`` is)."""
+
+
 def evasion(dotted: str) -> Rule | None:
-    """Everyone's rule that the dotted name ``dotted`` breaks, or None."""
+    """Everyone's rule that the dotted name ``dotted`` breaks, or None: by the name as written,
+    as torch or encoder_lib know it (``torch.cpp`` is ``torch._C.cpp``), or through a module a
+    library imported (``torch.sys.setprofile`` is ``sys.setprofile``)."""
+    for name in dict.fromkeys((dotted, _canonical(dotted))):
+        rule = _evasion(name)
+        if rule is not None:
+            return rule
+    parts = dotted.split(".")
+    for i in range(1, len(parts)):
+        if parts[i] in REEXPORTED:
+            rule = _evasion(".".join(parts[i:]))
+            if rule is not None:
+                return rule
+    return None
+
+
+def _canonical(dotted: str) -> str:
+    """``dotted`` with each module it passes through named as the module names itself, for the
+    packages both nbgrader's process and the kernel import (torch, encoder_lib):
+    ``torch.nn.functional.torch.overrides`` -> ``torch.overrides``."""
+    parts = dotted.split(".")
+    if parts[0] not in ("torch", "encoder_lib") or parts[0] not in sys.modules:
+        return dotted
+    obj: Any = sys.modules[parts[0]]
+    name = parts[0]
+    for i, part in enumerate(parts[1:], 1):
+        try:
+            obj = getattr(obj, part)
+        except Exception:  # not a name this process knows: the rest as written
+            return ".".join([name, *parts[i:]])
+        name = obj.__name__ if isinstance(obj, ModuleType) else f"{name}.{part}"
+    return name
+
+
+def _is_module(dotted: str) -> bool:
+    """Whether ``dotted`` names a module: looked up in this process, or, for a package it has
+    not imported (JAX in nbgrader's process), found on disk without importing anything."""
+    if dotted not in _MODULES:
+        obj = _resolve(dotted)
+        found = isinstance(obj, ModuleType) if obj is not None else _module_on_disk(dotted)
+        _MODULES[dotted] = found
+    return _MODULES[dotted]
+
+
+_MODULES: dict[str, bool] = {}
+
+
+def _module_on_disk(dotted: str) -> bool:
+    parts = dotted.split(".")
+    try:
+        spec = PathFinder.find_spec(parts[0])
+        for i in range(1, len(parts)):
+            if spec is None or not spec.submodule_search_locations:
+                return False
+            where = list(spec.submodule_search_locations)
+            spec = PathFinder.find_spec(".".join(parts[: i + 1]), where)
+    except (ImportError, ValueError):
+        return False
+    return spec is not None
+
+
+def _evasion(dotted: str) -> Rule | None:
     for prefix, rule in EVASIONS.items():
         if _under(dotted, prefix):
             return rule
@@ -363,6 +454,8 @@ def evasion(dotted: str) -> Rule | None:
         return PRIVATE
     if head == "torch" and any(_private(p) for p in dotted.split(".")[1:]):
         return TORCH_PRIVATE
+    if head in LIBRARY_PRIVATE_ROOTS and any(_private(p) for p in dotted.split(".")[1:]):
+        return LIBRARY_PRIVATE
     return None
 
 
@@ -405,6 +498,7 @@ def cell_breaches(
             found.append(Breach(cell, line, construct, rule, own, "forbidden-built-in"))
 
     own_names = _bound_names(tree)
+    parents = {id(child): node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
     magic_owners: set[int] = set()
     called = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
     for node in ast.walk(tree):
@@ -465,9 +559,38 @@ def cell_breaches(
         rule = evasion(dotted)
         if rule:
             add(node, written, rule)
+        elif (
+            not (isinstance(node, ast.Name) and node.id in own_names)
+            and _as_value(node, parents)
+            and _is_module(dotted)
+        ):
+            add(node, f"{written} as a value", MODULE_VALUE)
         elif isinstance(getattr(node, "ctx", None), ast.Store | ast.Del) and chain[1]:
             add(node, f"{written} = ...", INTO_LIBRARY)
-    return sorted(_outermost(found), key=lambda b: b.line)
+    # on one line, what the module handed on was used for names the breach better
+    return sorted(_outermost(found), key=lambda b: (b.line, b.rule == MODULE_VALUE.what))
+
+
+def _as_value(node: ast.AST, parents: dict[int, ast.AST]) -> bool:
+    """Whether a name (or ``a.b``) is used as a value: anything but the object of an attribute
+    (``torch.nn``'s ``torch``), a call, ``getattr(x, "literal")``'s ``x``, or a name assigned to."""
+    if isinstance(getattr(node, "ctx", None), ast.Store | ast.Del):
+        return False
+    parent = parents.get(id(node))
+    if isinstance(parent, ast.Attribute) and parent.value is node:
+        return False
+    if isinstance(parent, ast.Call):
+        if parent.func is node:
+            return False
+        func = parent.func
+        if (
+            isinstance(func, ast.Name)
+            and func.id in ATTRIBUTE_BUILTINS
+            and parent.args
+            and parent.args[0] is node
+        ):
+            return False
+    return True
 
 
 def _import(node: ast.Import | ast.ImportFrom, add, rules: Expanded | None) -> None:

@@ -184,6 +184,19 @@ EVASIONS = {
         "authorship-reflection",
     ),
     "import cProfile\ncProfile.Profile().enable()": ("import cProfile", "authorship-internals"),
+    # a module handed on as a value: what is taken from it afterwards would escape every rule
+    "t = torch\noff = t._C.DisableTorchFunction()": ("torch as a value", "authorship-reflection"),
+    "ln = F": ("F as a value", "authorship-reflection"),
+    "def ln(x, lib=torch):\n    return x": ("torch as a value", "authorship-reflection"),
+    "libs = [encoder_lib]": ("encoder_lib as a value", "authorship-reflection"),
+    "lib = encoder_lib.layer_norm": ("encoder_lib.layer_norm as a value", "authorship-reflection"),
+    "nn_ = getattr(torch, 'nn')": ("torch.nn as a value", "authorship-reflection"),
+    # a module a library imported, reached through the library
+    "torch.sys.setprofile(None)": ("torch.sys.setprofile", "authorship-internals"),
+    "T = torch.threading.Thread": ("torch.threading.Thread", "authorship-thread"),
+    "c = torch.cpp": ("torch.cpp", "authorship-internals"),
+    "o = F.torch.overrides": ("F.torch.overrides", "authorship-internals"),
+    "m = encoder_lib.minilm.importlib": ("encoder_lib.minilm.importlib", "authorship-reflection"),
 }
 """Source put before a right answer of layer_norm -> what the refusal must name (and, for
 the rules of issue 37, its mistake id)."""
@@ -250,3 +263,68 @@ def test_a_private_torch_name_costs_its_own_exercise_only(line):
     own, earlier = found["test_layer_norm"]
     error = A.refusal(runner.EXERCISES["test_layer_norm"], own, earlier)
     assert error.mistake == "authorship-internals" and ONLY_HERE[line] in error.problem
+
+
+JAX_PRIVATE = {
+    "from flax.nnx.nn import normalization\n\nstats = normalization._compute_stats": (
+        "normalization._compute_stats"
+    ),
+    "from jax._src.nn.functions import standardize": (
+        "from jax._src.nn.functions import standardize"
+    ),
+    "s = jax._src.nn.functions.standardize": "jax._src.nn.functions.standardize",
+    "n = nnx.nn.normalization._normalize": "nnx.nn.normalization._normalize",
+    "import optax\n\nt = optax._src.transform": "optax._src.transform",
+}
+"""Private names of JAX, Flax and optax, refused as torch's are, where they are used. The source
+rules read them by name (nbgrader's process never imports JAX). Before they were refused, a
+LayerNorm built from Flax's private ``_compute_stats`` and ``_normalize`` (``nnx.LayerNorm``'s
+code without being it, so the kernel's trap, which watches ``nnx.LayerNorm``'s own methods, did
+not see it) earned notebook 10's exercise 3 its points."""
+
+
+@pytest.mark.parametrize("line", JAX_PRIVATE, ids=range(len(JAX_PRIVATE)))
+def test_a_private_jax_or_flax_name_costs_its_own_exercise_only(line):
+    nb = notebook("10_jax_encoder")
+    right = next(c.source for c in nb.cells if C.grade_id(c) == "jax_layer_norm")
+    found = refusals(C.with_cells(nb, {"jax_layer_norm": line + "\n\n" + right}))
+    assert list(found) == ["test_jax_layer_norm"], found
+    own, earlier = found["test_jax_layer_norm"]
+    error = A.refusal(runner.EXERCISES["test_jax_layer_norm"], own, earlier)
+    assert error.mistake == "authorship-internals" and JAX_PRIVATE[line] in error.problem
+
+
+JAX_EVASIONS = {
+    "from flax.nnx.nn import normalization\n\nnorms = normalization\ns = norms._compute_stats": (
+        "normalization as a value",
+        "authorship-reflection",
+    ),
+    "bridge = encoder_lib.jax_bridge": (
+        "encoder_lib.jax_bridge as a value",
+        "authorship-reflection",
+    ),
+    "nnx.reprlib.sys.setprofile(None)": ("nnx.reprlib.sys.setprofile", "authorship-internals"),
+    "T = nnx.variablelib.threading.Thread": (
+        "nnx.variablelib.threading.Thread",
+        "authorship-thread",
+    ),
+    "lock = jax.version.subprocess.Popen": ("jax.version.subprocess.Popen", "authorship-thread"),
+}
+"""Evasions found on notebook 10 (issue 37): each earned exercise 3 its points with a LayerNorm
+that called Flax's code (``flax.nnx.nn.normalization``'s helpers, or ``nnx.LayerNorm`` by its
+module's path after ``torch.sys.setprofile(None)`` / ``nnx.reprlib.sys.setprofile(None)``
+switched the kernel's watch off), the source rules seeing nothing. They are read by name here:
+nbgrader's process never imports JAX."""
+
+
+@pytest.mark.parametrize("line", JAX_EVASIONS, ids=range(len(JAX_EVASIONS)))
+def test_evasions_through_jax_and_flax_are_named_and_cost_every_later_exercise(line):
+    nb = notebook("10_jax_encoder")
+    right = next(c.source for c in nb.cells if C.grade_id(c) == "jax_layer_norm")
+    found = refusals(C.with_cells(nb, {"jax_layer_norm": line + "\n\n" + right}))
+    own, earlier = found["test_jax_layer_norm"]
+    error = A.refusal(runner.EXERCISES["test_jax_layer_norm"], own, earlier)
+    named, mistake = JAX_EVASIONS[line]
+    assert named in error.problem and error.mistake == mistake, (error.mistake, error.problem)
+    later = [t for t in found if t != "test_jax_layer_norm"]
+    assert "test_jax_encoder_block" in later, "the exercises graded after it are not refused"
