@@ -185,7 +185,9 @@ class Cheat:
     build: Callable[[object, C.Layout], object | None]
     """(student notebook, layout) -> the cheating notebook, or None if it does not apply."""
     expect: str = "nothing"
-    """"nothing": the notebook scores 0; "exercise": the delegating exercise's tests score 0."""
+    """"nothing": the notebook scores 0; "exercise": the delegating exercise's tests score 0;
+    "cells": each answer cell of the cheat's table (``CELLS``) is refused, its tests scoring 0
+    under the cell's own mistake id."""
     says: str = ""
     """Words the feedback must contain."""
     spread: str = "one"
@@ -751,6 +753,166 @@ def _loophole(name: str):
     return build
 
 
+# --- issue 37 on notebook 10 (JAX, Flax NNX): one submission, one class of cheat per answer
+# cell (a graded notebook 10 costs several times another). Each answer is right by delegation,
+# written fresh against notebook 10's exercises; the judge reads the source and refuses each
+# cell's own construct, under its own id, whatever the kernel then does. The LayerNorm one (a
+# private name of Flax) earned its exercise's points before JAX's and Flax's private names were
+# refused: nnx.LayerNorm's code without nnx.LayerNorm, which the kernel's trap does not watch. ---
+
+JAX_GIVEN = {
+    "FeedForward": """    def __init__(self, d_model, d_ff, dropout_rate=0.1, *, rngs):
+        self.linear1 = nnx.Linear(d_model, d_ff, rngs=rngs)
+        self.linear2 = nnx.Linear(d_ff, d_model, rngs=rngs)
+        self.dropout_rate = dropout_rate
+        self.rngs = rngs
+""",
+    "MultiHeadAttention": """    def __init__(self, d_model, num_heads, dropout_rate=0.1, *, rngs):
+        self.num_heads = num_heads
+        self.d_head = d_model // num_heads
+        self.query = nnx.Linear(d_model, d_model, rngs=rngs)
+        self.key = nnx.Linear(d_model, d_model, rngs=rngs)
+        self.value = nnx.Linear(d_model, d_model, rngs=rngs)
+        self.out = nnx.Linear(d_model, d_model, rngs=rngs)
+        self.dropout_rate = dropout_rate
+        self.rngs = rngs
+""",
+}
+"""The ``__init__`` notebook 10 gives (its parameters' names are checked)."""
+
+JAX_LOOPHOLES = {
+    # answer cell: (class of cheat, whole answer cell, what its test cells must say, mistake id)
+    "jax_dropout": (
+        "rebuilt function",
+        "from encoder_lib import jax_encoder\n\n\n"
+        "def dropout(x, rate, *, deterministic, key):\n"
+        "    shared = jax_encoder.load_linear.__globals__\n"
+        '    copy = type(dropout)(shared["drop" + "out"].__code__, shared, "copy")\n'
+        "    return copy(x, rate, deterministic=deterministic, key=key)\n",
+        "`.__globals__` (line 5)",
+        "authorship-internals",
+    ),
+    "jax_load_linear": (
+        "private name of encoder_lib",
+        "def load_linear(layer, weight, bias):\n"
+        "    to_torch, to_nnx = encoder_lib.jax_bridge.to_torch, encoder_lib.jax_bridge._to_nnx\n"
+        '    layer.kernel[...] = to_nnx(to_torch(weight), "transpose")\n'
+        "    if bias is not None:\n"
+        "        layer.bias[...] = bias\n",
+        "`encoder_lib.jax_bridge._to_nnx`",
+        "authorship-private",
+    ),
+    "jax_layer_norm": (
+        "private name of Flax",
+        "from flax.nnx.nn import normalization\n\n\n"
+        "class LayerNorm(nnx.Module):\n"
+        "    def __init__(self, num_features, *, epsilon=None, rngs=None):\n"
+        "        self.scale = nnx.Param(jnp.ones((num_features,)))\n"
+        "        self.bias = nnx.Param(jnp.zeros((num_features,)))\n"
+        "        self.epsilon = 1e-5 if epsilon is None else epsilon\n\n"
+        "    def __call__(self, x):\n"
+        "        stats = normalization._compute_stats\n"
+        "        mean, var = stats(x, (-1,), None, use_fast_variance=False)\n"
+        "        scale, bias = self.scale[...], self.bias[...]\n"
+        "        return normalization._normalize(\n"
+        "            x, mean, var, scale, bias, (-1,), (-1,), None, self.epsilon\n"
+        "        )\n",
+        "`normalization._compute_stats` (line 11)",
+        "authorship-internals",
+    ),
+    "jax_feed_forward": (
+        "thread",
+        "import _thread\n\nfrom encoder_lib import jax_encoder\n\n\n"
+        "class FeedForward(nnx.Module):\n" + JAX_GIVEN["FeedForward"] + "\n"
+        "    def __call__(self, x, *, deterministic):\n"
+        "        out, done = [], _thread.allocate_lock()\n"
+        "        done.acquire()\n\n"
+        "        def work():\n"
+        "            try:\n"
+        "                reference = jax_encoder.FeedForward.__call__\n"
+        "                out.append(reference(self, x, deterministic=deterministic))\n"
+        "            finally:\n"
+        "                done.release()\n\n"
+        "        _thread.start_new_thread(work, ())\n"
+        "        done.acquire()\n"
+        "        return out[0]\n",
+        "`import _thread` (line 1)",
+        "authorship-thread",
+    ),
+    "jax_attention": (
+        "computed getattr",
+        "class MultiHeadAttention(nnx.Module):\n" + JAX_GIVEN["MultiHeadAttention"] + "\n"
+        "    def __call__(self, x, *, padding_mask=None, deterministic):\n"
+        "        B, L, D = x.shape\n"
+        "        q, k, v = (\n"
+        "            t.reshape(B, L, self.num_heads, self.d_head)\n"
+        "            for t in (self.query(x), self.key(x), self.value(x))\n"
+        "        )\n"
+        "        mask = None if padding_mask is None else padding_mask[:, None, None, :]\n"
+        '        attend = getattr(jax.nn, "dot_product" + "_attention")\n'
+        "        return self.out(attend(q, k, v, mask=mask).reshape(B, L, D))\n",
+        "getattr() with a computed name",
+        "authorship-reflection",
+    ),
+    "jax_encoder_block": (
+        "serialisation",
+        "import pickle\n\n"
+        'EncoderBlock = pickle.loads(b"cencoder_lib.jax_encoder\\nEncoderBlock\\n.")\n',
+        "`import pickle` (line 1)",
+        "authorship-serialisation",
+    ),
+}
+
+
+JAX_FOUND = {
+    # Two more that earned their exercise's points through the real nbgrader's judge before the
+    # source rules read them (a second submission: one answer cell holds one cheat).
+    "jax_load_linear": (
+        "module handed on as a value",
+        "def load_linear(layer, weight, bias):\n"
+        "    bridge = encoder_lib.jax_bridge\n"
+        '    layer.kernel[...] = bridge._to_nnx(bridge.to_torch(weight), "transpose")\n'
+        "    if bias is not None:\n"
+        "        layer.bias[...] = bias\n",
+        "`encoder_lib.jax_bridge as a value` (line 2)",
+        "authorship-reflection",
+    ),
+    "jax_layer_norm": (
+        "a module a library imported (the kernel's watch off, nnx.LayerNorm by its module's path)",
+        "from flax.nnx.nn.normalization import LayerNorm as FlaxLayerNorm\n\n\n"
+        "class LayerNorm(nnx.Module):\n"
+        "    def __init__(self, num_features, *, epsilon=None, rngs=None):\n"
+        "        self.scale = nnx.Param(jnp.ones((num_features,)))\n"
+        "        self.bias = nnx.Param(jnp.zeros((num_features,)))\n"
+        "        self.epsilon = 1e-5 if epsilon is None else epsilon\n\n"
+        "    def __call__(self, x):\n"
+        "        nnx.reprlib.sys.setprofile(None)\n"
+        "        norm = FlaxLayerNorm(\n"
+        "            x.shape[-1], epsilon=self.epsilon, use_fast_variance=False, rngs=nnx.Rngs(0)\n"
+        "        )\n"
+        "        norm.scale[...] = self.scale[...]\n"
+        "        norm.bias[...] = self.bias[...]\n"
+        "        return norm(x)\n",
+        "`nnx.reprlib.sys.setprofile` (line 11)",
+        "authorship-internals",
+    ),
+}
+
+CELLS = {"jax_loopholes": JAX_LOOPHOLES, "jax_found_loopholes": JAX_FOUND}
+"""The cheats of ``expect="cells"``: their table of answer cells."""
+
+
+def _cells(table: dict):
+    """Every answer of ``table`` in its cell (notebook 10 only; the other answers left empty)."""
+
+    def build(nb, layout):
+        if not set(table) <= set(layout.answers):
+            return None
+        return C.with_cells(nb, {gid: cell for gid, (_, cell, _, _) in table.items()})
+
+    return build
+
+
 CHEATS = [
     Cheat(
         "rebind_allclose",
@@ -924,6 +1086,20 @@ CHEATS = [
         )
         for name, (answer, family, _, says) in LOOPHOLES.items()
     ),
+    Cheat(
+        "jax_loopholes",
+        "notebook 10's answers delegate by a rebuilt function, a private name of encoder_lib, "
+        "a private name of Flax, a thread, a computed getattr and pickle, one per answer cell",
+        _cells(JAX_LOOPHOLES),
+        expect="cells",
+    ),
+    Cheat(
+        "jax_found_loopholes",
+        "notebook 10's answers delegate through a module handed on as a value and, the kernel's "
+        "watch switched off by a module Flax imported (nnx.reprlib.sys), to nnx.LayerNorm",
+        _cells(JAX_FOUND),
+        expect="cells",
+    ),
 ]
 
 REQUIRED = {
@@ -935,7 +1111,7 @@ REQUIRED = {
     "check_code_swap", "closure_cells", "gc_reach", "parent_package_attribute",
     "module_and_class_setattr", "steps_cleared", "settrace_locals", "caller_frame",
     "builtins_import_swap", "sys_modules_swap", "fake_serve", "delegate_to_flax",
-    *TRAPS_OFF, *LOOPHOLES,
+    *TRAPS_OFF, *LOOPHOLES, *CELLS,
 }  # fmt: skip
 
 ALL = CHEATS

@@ -9,8 +9,9 @@ exercise and its feedback says why, also with the kernel's trap switched off or 
 
 The cheats of issue 37 (``cheats.LOOPHOLES``: reflection, threads, serialisation, the operator
 registry, rebuilt functions, private names and the grader's own references, spread over notebooks
-06-11) are also graded again by plain ``nbgrader autograde`` (``plain``): each scores 0 there too,
-its test cell saying why.
+06-11; and ``cheats.CELLS``, two submissions of notebook 10 with one class per answer cell,
+each cell's tests recorded under that cell's own mistake id) are also graded again by plain
+``nbgrader autograde`` (``plain``): each scores 0 there too, its test cell saying why.
 
 The ratchet: ``cheats.REQUIRED`` lists every trick known so far and none may disappear; a new
 trick is added to ``cheats.CHEATS`` (and to ``REQUIRED``) first, as a test. A cheat that still
@@ -25,6 +26,7 @@ import shutil
 import nbformat
 import pytest
 
+from encoder_lib.autograde import records
 from pipeline import cheats as K
 from pipeline import course as C
 from pipeline import roster as R
@@ -61,6 +63,10 @@ def test_cheat_earns_no_points(graded, cheat):
         layout = graded.plan.layouts[a]
         scores = graded.scores(student, a)
         assert scores, f"{student} was not graded:\n{graded.logs['autograde'][-3000:]}"
+        if cheat.expect == "cells":
+            problems = _cells_refused(graded.course, student, a, layout, scores, cheat.name)
+            assert not problems, f"{cheat.what} ({a}):\n" + "\n".join(problems)
+            continue
         if cheat.expect == "nothing":
             earned = {cell: s for cell, s in scores.items() if s}
             assert not earned, (
@@ -74,6 +80,32 @@ def test_cheat_earns_no_points(graded, cheat):
         if cheat.says:
             text = graded.feedback(student, a)
             assert K.C.says(text, cheat.says), f"feedback of {student} does not say why"
+
+
+def _cells_refused(course, student, assignment, layout, scores, name) -> list[str]:
+    """What is wrong with the grading of a submission of ``cheats.CELLS[name]``: each answer
+    cell's test cells must score 0, their records give the mistake id of the cell's own rule
+    (not another cell's, nor an unrelated failure) and their output names the construct."""
+    path = course.root / "autograded" / student / assignment / f"{layout.name}.ipynb"
+    verdicts = dict(records.read_notebook(path))
+    said = {
+        K.C.grade_id(cell): " ".join(
+            str(out.get("evalue", "")) + str(out.get("text", "")) for out in cell.get("outputs", [])
+        )
+        for cell in nbformat.read(path, as_version=4).cells
+    }
+    problems = []
+    for gid, (family, _, says, mistake) in K.CELLS[name].items():
+        for test in layout.own_tests[gid]:
+            verdict = verdicts.get(test)
+            if scores.get(test):
+                problems.append(f"{gid} ({family}) earned {scores[test]:g} in {test}")
+            if verdict is None or verdict.mistake != mistake:
+                got = None if verdict is None else (verdict.mistake, verdict.message[:300])
+                problems.append(f"{test} ({family}): recorded {got}, not {mistake}")
+            if not K.C.says(said.get(test, ""), says):
+                problems.append(f"{test} ({family}) does not say {says!r}: {said.get(test)!r}")
+    return problems
 
 
 def _changed_cells(graded, student, assignment) -> set[str]:
@@ -97,7 +129,7 @@ def plain(graded, tmp_path_factory):
     grades only these. Returns (course, command outputs)."""
     copy = C.Course(tmp_path_factory.mktemp("plain") / "course")
     shutil.copytree(graded.course.root, copy.root, ignore=shutil.ignore_patterns("feedback"))
-    ours = {(R.cheat_student(a, name), a) for name in K.LOOPHOLES for a in graded.plan.cheats[name]}
+    ours = {(R.cheat_student(a, name), a) for name in PLAIN for a in graded.plan.cheats[name]}
     for folder in ("autograded", "submitted"):
         for path in (copy.root / folder).glob("cheat-*/*"):
             if folder == "autograded" or (path.parent.name, path.name) not in ours:
@@ -109,7 +141,11 @@ def plain(graded, tmp_path_factory):
     return copy, "".join(logs)
 
 
-@pytest.mark.parametrize("name", list(K.LOOPHOLES))
+PLAIN = [*K.LOOPHOLES, *K.CELLS]
+"""The cheats graded again by plain nbgrader: issue 37's."""
+
+
+@pytest.mark.parametrize("name", PLAIN)
 def test_loophole_earns_nothing_under_plain_nbgrader(graded, plain, name):
     course, log = plain
     targets = graded.plan.cheats.get(name, [])
@@ -119,6 +155,10 @@ def test_loophole_earns_nothing_under_plain_nbgrader(graded, plain, name):
         student, layout = R.cheat_student(a, name), graded.plan.layouts[a]
         scores = course.cell_scores(student, a, layout.name)
         assert scores, f"{student} was not graded by plain nbgrader:\n{log[-3000:]}"
+        if name in K.CELLS:
+            problems = _cells_refused(course, student, a, layout, scores, name)
+            assert not problems, f"{name} ({a}) under plain nbgrader:\n" + "\n".join(problems)
+            continue
         gid = next(g for g in layout.answers if g in _changed_cells(graded, student, a))
         earned = {cell: scores[cell] for cell in layout.own_tests[gid] if scores[cell]}
         assert not earned, f"{name} ({a}) earned {sum(earned.values()):g} under plain nbgrader"
