@@ -25,6 +25,7 @@ check unless the tensors are right.
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import dis
 import importlib
@@ -38,7 +39,7 @@ import threading
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, partial
 from typing import Any
 
 import torch
@@ -526,13 +527,30 @@ class _Watch:
     def new_thread(self, frame, event, arg):
         """``threading.setprofile``'s hook: the first thing a thread started while the answer
         runs does is install the same watch (the profile hook and the trap) on itself."""
+        self.enter_thread()
+        return self.profiler(frame, event, arg)
+
+    def enter_thread(self) -> None:
+        """Install the watch on the calling thread, once."""
         ident = threading.get_ident()
         if ident not in self.threads:
             self.threads.add(ident)
             sys.setprofile(self.profiler if self.codes else None)
             _StudentMode(self.forbidden, self).__enter__()  # left on: inert once inactive
-        return self.profiler(frame, event, arg)
 
+    def start_new_thread(self, start: Callable, function: Callable, args: tuple, kwargs=None):
+        """``_thread.start_new_thread`` while the answer runs: ``threading``'s hook never
+        reaches a thread started there, so the new thread installs the watch itself first."""
+
+        def watched(*a, **k):
+            self.enter_thread()
+            return function(*a, **k)
+
+        return start(watched, args, {} if kwargs is None else kwargs)
+
+
+_RAW_STARTS = ("start_new_thread", "start_new")
+"""``_thread``'s functions that start a thread without ``threading`` (``start_new``: an alias)."""
 
 _SETUP_THREADS: set[int] = {t.ident for t in threading.enumerate() if t.ident is not None}
 """The threads alive when the grader was imported (the setup cell): the kernel's own."""
@@ -604,8 +622,9 @@ def student_mode(exercise: str, seed: int = 0) -> Iterator[list[str]]:
     yields the list of forbidden built-ins seen (empty when all is well).
 
     The trap is a torch function mode and a profile hook, which are per thread: both are also
-    installed on every thread started while the answer runs (``threading.setprofile``), and a
-    thread the notebook started earlier, which neither could see, counts as a violation."""
+    installed on every thread started while the answer runs (``threading.setprofile``, and
+    ``_thread.start_new_thread`` wrapped for the call), and a thread the notebook started
+    earlier, which neither could see, counts as a violation."""
     forbidden = rules(exercise)
     codes: dict[Any, str] = {}
     for obj, name in forbidden.resolved().items():
@@ -626,6 +645,9 @@ def student_mode(exercise: str, seed: int = 0) -> Iterator[list[str]]:
             torch.manual_seed(seed)
             warnings.simplefilter("ignore")
             threading.setprofile(watch.new_thread)
+            raw = {name: getattr(_thread, name) for name in _RAW_STARTS if hasattr(_thread, name)}
+            for name, start in raw.items():
+                setattr(_thread, name, partial(watch.start_new_thread, start))
             if codes:
                 sys.setprofile(watch.profiler)
             try:
@@ -633,6 +655,8 @@ def student_mode(exercise: str, seed: int = 0) -> Iterator[list[str]]:
             finally:
                 watch.active = False
                 threading.setprofile(previous_threads)
+                for name, start in raw.items():
+                    setattr(_thread, name, start)
                 if codes:
                     _restore_profile(previous)
     finally:

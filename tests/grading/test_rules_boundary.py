@@ -280,6 +280,29 @@ def test_the_watch_follows_a_thread_the_answer_starts():
     assert caught.value.mistake == "forbidden-built-in" and "F.gelu" in caught.value.problem
 
 
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_the_watch_follows_a_thread_started_without_threading():
+    """``_thread.start_new_thread`` (which ``threading``'s hook never reaches); the source rules
+    refuse ``_thread`` too, but this cell's source is unread: only the watch sees it."""
+    namespace = gelu_namespace(
+        "import _thread, time\n\n"
+        "def gelu(x):\n"
+        "    out = []\n"
+        "    _thread.start_new_thread(lambda: out.append(F.gelu(x)), ())\n"
+        "    for _ in range(500):\n"
+        "        if out:\n"
+        "            break\n"
+        "        time.sleep(0.01)\n"
+        "    return out[0] if out else x * 0\n"
+    )
+    with pytest.raises(GradingError) as caught:
+        _check_gelu(namespace)
+    assert caught.value.mistake == "forbidden-built-in" and "F.gelu" in caught.value.problem
+    import _thread
+
+    assert _thread.start_new_thread.__module__ == "_thread"  # put back after the check
+
+
 def _check_gelu(namespace):
     from encoder_lib import grading
 
