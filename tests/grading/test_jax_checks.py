@@ -171,6 +171,34 @@ def test_the_grader_s_side_never_imports_jax():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+def test_in_a_cell_the_release_waits_for_the_end_of_the_cell(monkeypatch):
+    """In a kernel's cell the programs of a check are released when the cell ends (IPython's
+    post_run_cell), not between the visible check and the hidden one of one test cell, which
+    runs the same cases again; once, whatever the number of checks in the cell."""
+    from IPython.core.events import EventManager, available_events
+
+    released: list[str] = []
+    monkeypatch.setattr(
+        observe_jax, "_release_compiled", lambda: released.append(observe_jax._SERVING[0])
+    )
+    monkeypatch.setattr(observe_jax, "_SERVING", [""])
+    monkeypatch.setattr(observe_jax, "_in_a_kernel", lambda: True)
+    shell = type("Shell", (), {})()
+    shell.events = EventManager(shell, available_events)
+    monkeypatch.setattr(observe_jax, "_shell", lambda: shell)
+    dropout = NOTEBOOK.namespace()["dropout"]
+
+    jax_checks.check_jax_dropout(dropout)
+    jax_checks.check_jax_dropout(dropout, thorough=True)
+    assert released == ["jax_dropout"]  # the first call only: a new exercise
+    assert shell.events.callbacks["post_run_cell"] == [observe_jax._after_the_cell]
+    shell.events.trigger("post_run_cell", None)
+    assert released == ["jax_dropout", ""]
+    assert shell.events.callbacks["post_run_cell"] == []
+    shell.events.trigger("post_run_cell", None)  # the next cell: nothing more to release
+    assert released == ["jax_dropout", ""]
+
+
 def test_in_a_kernel_compiled_programs_are_released_between_and_after_checks(monkeypatch):
     """In a notebook's kernel JAX's programs are let go when the calls move to another exercise
     and when a check made in the kernel ends (the demos below it start lighter); in any other
