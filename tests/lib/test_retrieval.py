@@ -280,26 +280,52 @@ def _state(model):
     return {name: t.detach().clone() for name, t in model.state_dict().items()}
 
 
-def test_fine_tune_is_deterministic_and_trains_only_the_top_layers(domain, tiny_tokenizer):
+def test_fine_tune_is_deterministic_and_changes_only_the_top_ffn_output_weight(
+    domain, tiny_tokenizer
+):
     model = _tiny_model(tiny_tokenizer)
     before = _state(model)
-    losses = fine_tune(model, domain.train_pairs, steps=3, batch_size=8, lr=1e-2, seed=3)
+    losses = fine_tune(model, domain.train_pairs, steps=3, batch_size=8, lr=1e-2, rank=4, seed=3)
     assert len(losses) == 3 and all(isinstance(x, float) for x in losses)
     after = _state(model)
     changed = {name for name in before if not torch.equal(before[name], after[name])}
-    assert changed and all(name.startswith("encoder.layers.1.") for name in changed), changed
+    assert changed == {"encoder.layers.1.linear2.weight"}, changed
+    delta = after["encoder.layers.1.linear2.weight"] - before["encoder.layers.1.linear2.weight"]
+    assert torch.linalg.matrix_rank(delta) <= 4, "the change should be B @ A, of rank at most 4"
     assert not model.training, "fine_tune should leave the model in the mode it found it"
     assert all(p.requires_grad for p in model.parameters())
     assert all(p.grad is None for p in model.parameters())
 
     again = _tiny_model(tiny_tokenizer)
-    assert fine_tune(again, domain.train_pairs, steps=3, batch_size=8, lr=1e-2, seed=3) == losses
+    assert (
+        fine_tune(again, domain.train_pairs, steps=3, batch_size=8, lr=1e-2, rank=4, seed=3)
+        == losses
+    )
     for name, value in _state(again).items():
         torch.testing.assert_close(value, after[name], rtol=0, atol=0)
     other = fine_tune(
         _tiny_model(tiny_tokenizer), domain.train_pairs, steps=3, batch_size=8, lr=1e-2, seed=4
     )
     assert other != losses
+
+
+def test_fine_tune_embeds_as_the_model_does(domain, tiny_tokenizer):
+    """The first step's vectors, made from the frozen part and the FFN, are the model's own
+    (B starts at zero, so the low-rank update changes nothing yet)."""
+    model = _tiny_model(tiny_tokenizer)
+    seen = []
+
+    def spy(queries, documents):
+        seen.append((queries.detach().clone(), documents.detach().clone()))
+        return retrieval.contrastive_loss(queries, documents)
+
+    pages = model.encode(domain.documents)  # before fine_tune changes the model
+    questions = model.encode([q for q, _ in domain.train_pairs])
+    fine_tune(model, domain.train_pairs, steps=1, batch_size=6, seed=5, loss_fn=spy)
+    queries, documents = seen[0]
+    for vectors, reference in ((documents, pages), (queries, questions)):
+        best = (vectors @ reference.T).max(dim=1).values  # (6,): the closest text
+        assert torch.all(best > 0.999), best  # the same vector, to float16's rounding
 
 
 def test_fine_tune_batches_distinct_documents_with_their_queries(domain, tiny_tokenizer):
@@ -311,14 +337,14 @@ def test_fine_tune_batches_distinct_documents_with_their_queries(domain, tiny_to
         assert len({tuple(row.tolist()) for row in documents}) == len(documents)
         return retrieval.contrastive_loss(queries, documents)
 
-    fine_tune(model, domain.train_pairs, steps=2, batch_size=5, train_layers=2, loss_fn=spy)
+    fine_tune(model, domain.train_pairs, steps=2, batch_size=5, loss_fn=spy)
     assert seen == [(torch.Size([5, 32]), torch.Size([5, 32]))] * 2
 
 
 def test_fine_tune_bad_arguments(domain, tiny_tokenizer):
     model = _tiny_model(tiny_tokenizer)
-    with pytest.raises(ValueError, match="train_layers"):
-        fine_tune(model, domain.train_pairs, steps=1, train_layers=3)
+    with pytest.raises(ValueError, match="rank"):
+        fine_tune(model, domain.train_pairs, steps=1, rank=33)  # d_model 32
     with pytest.raises(ValueError, match="batch_size"):
         fine_tune(model, domain.train_pairs, steps=1, batch_size=49)  # 48 different pages
 
