@@ -32,6 +32,7 @@ import torch
 import torch.nn.functional as F
 
 from ._checks import check_rank
+from .encoder import EncoderLayer
 from .minilm import BertConfig, BertEncoder, contrastive_loss, skip_init, without_onednn
 from .pretraining import AdamW
 from .wordpiece import Encoding, WordPieceTokenizer
@@ -305,8 +306,17 @@ def random_encoder(
     if texts is not None:
         tokenizer = _OnlyTheseTokens(tokenizer, texts)
         config = replace(config, vocab_size=tokenizer.size)
-    with skip_init():  # every parameter is drawn below
-        model = BertEncoder(config, tokenizer)
+    with skip_init():  # every parameter is set below
+        # One layer, then the others built one by one: the encoder would make them by copying
+        # the first, which fills 35 MB that the block below at once replaces.
+        model = BertEncoder(replace(config, num_layers=1), tokenizer)
+        model.encoder.layers.extend(
+            EncoderLayer(
+                config.d_model, config.num_heads, config.d_ff, 0.1, "gelu", False, config.eps
+            )
+            for _ in range(config.num_layers - 1)
+        )
+    model.config, model.encoder.num_layers = config, config.num_layers
     # Every parameter a view of one block (46 MB at MiniLM's size): memory allocated in one
     # piece that large comes straight from the operating system and goes back to it whole when
     # the model is freed, where a hundred separate tensors are carved from the process's heap,
