@@ -57,13 +57,18 @@ FLAX_EPS, TORCH_EPS = 1e-6, 1e-5
 
 _REFERENCE = "encoder_lib.jax_encoder"
 _JAX_ONLY = {
-    "jax_dropout": {"flax.nnx:Dropout": "nnx.Dropout", f"{_REFERENCE}:dropout": "the reference"},
+    "jax_dropout": {
+        "flax.nnx:Dropout": "nnx.Dropout",
+        "flax.linen:Dropout": "flax.linen.Dropout",
+        f"{_REFERENCE}:dropout": "the reference",
+    },
     "jax_load_linear": {
         f"{_REFERENCE}:load_linear": "the reference",
         "encoder_lib.jax_bridge:load_from_torch": "encoder_lib.jax_bridge",
     },
     "jax_layer_norm": {
         "flax.nnx:LayerNorm": "nnx.LayerNorm",
+        "flax.linen:LayerNorm": "flax.linen.LayerNorm",
         "jax.nn:standardize": "jax.nn.standardize",
         f"{_REFERENCE}:LayerNorm": "the reference",
     },
@@ -71,6 +76,11 @@ _JAX_ONLY = {
     "jax_attention": {
         "flax.nnx:MultiHeadAttention": "nnx.MultiHeadAttention",
         "flax.nnx:dot_product_attention": "nnx.dot_product_attention",
+        "flax.nnx.nn.attention:dot_product_attention_weights": (
+            "flax.nnx.nn.attention.dot_product_attention_weights"
+        ),
+        "flax.linen:dot_product_attention": "flax.linen.dot_product_attention",
+        "flax.linen:dot_product_attention_weights": "flax.linen.dot_product_attention_weights",
         "jax.nn:dot_product_attention": "jax.nn.dot_product_attention",
         f"{_REFERENCE}:MultiHeadAttention": "the reference",
     },

@@ -328,3 +328,27 @@ def test_evasions_through_jax_and_flax_are_named_and_cost_every_later_exercise(l
     assert named in error.problem and error.mistake == mistake, (error.mistake, error.problem)
     later = [t for t in found if t != "test_jax_layer_norm"]
     assert "test_jax_encoder_block" in later, "the exercises graded after it are not refused"
+
+
+FLAX_LINEN = {
+    "jax_layer_norm": "import flax.linen\n\nln = flax.linen.LayerNorm(epsilon=1e-5)",
+    "jax_attention": (
+        "from flax.nnx.nn.attention import dot_product_attention_weights\n\n"
+        "w = dot_product_attention_weights"
+    ),
+}
+"""The same computations from Flax's other API (``flax.linen``) or a module path: each passed
+notebook 10's checks with no rule broken until they were forbidden (issue 37's notebook-10
+cheats found them)."""
+
+
+@pytest.mark.parametrize("cell", FLAX_LINEN)
+def test_flax_linen_and_module_paths_are_forbidden_too(cell):
+    nb = notebook("10_jax_encoder")
+    right = next(c.source for c in nb.cells if C.grade_id(c) == cell)
+    found = refusals(C.with_cells(nb, {cell: FLAX_LINEN[cell] + "\n\n" + right}))
+    test_cell = f"test_{cell}"
+    assert test_cell in found, found
+    own, earlier = found[test_cell]
+    error = A.refusal(runner.EXERCISES[test_cell], own, earlier)
+    assert error.mistake == "forbidden-built-in", (error.mistake, error.problem)
