@@ -44,7 +44,7 @@ def own_test_cell(notebook: SolutionNotebook, answer: str) -> str:
     return next(t for t in order[order.index(answer) :] if t in notebook.tests)
 
 
-def test_cells_below(notebook: SolutionNotebook, answer: str) -> list[str]:
+def cells_below(notebook: SolutionNotebook, answer: str) -> list[str]:
     """The test cells below ``answer`` in the notebook: the only ones its source can change. At
     autograde, as in Run All, cells run in order, so a test cell above an answer has given its
     verdict before the answer exists (the reference's verdict, which
@@ -58,10 +58,10 @@ def run_test_cells(
 ) -> dict[str, GradingError | None]:
     """Each of ``test_cells``' ``GradingError`` (which scores it 0), or None when it keeps its
     points, with the answer cells in ``replace`` (grade_id -> source) replaced. By default the
-    test cells below the first replaced answer (``test_cells_below``)."""
+    test cells below the first replaced answer (``cells_below``)."""
     if test_cells is None:
         first = next(answer for answer in notebook.answers if answer in replace)
-        test_cells = test_cells_below(notebook, first)
+        test_cells = cells_below(notebook, first)
     return grade_test_cells(notebook, notebook.namespace(replace), test_cells)
 
 
@@ -123,7 +123,7 @@ def test_reference_solution_keeps_every_point_silently(assignment, capsys, recwa
 @pytest.mark.parametrize(("assignment", "variant"), _params("buggy"))
 def test_buggy_answer_loses_exactly_its_cells_and_is_named(assignment, variant: Variant):
     notebook = NOTEBOOKS[assignment]
-    assert set(variant.fails) <= set(test_cells_below(notebook, variant.cell)), (
+    assert set(variant.fails) <= set(cells_below(notebook, variant.cell)), (
         "a test cell above the answer cannot fail on it"
     )
     errors = run_test_cells(notebook, {variant.cell: variant.source})
