@@ -106,9 +106,9 @@ test: lint
 
 # The inner loop, a few minutes (docs/BENCHMARKS.md): lint, then pytest --quick (tests/conftest.py)
 # in two lanes at once, the checks (tests/grading) beside everything else. --quick leaves out
-# the slow suites (nbgrader pipeline, browser, Dask), nbval, nbgrader validate of every notebook
-# and the tests that start kernels, and tries each check on one variant per answer cell (the
-# first listed: the same sample every run). `make test` runs all of it.
+# the slow suites (nbgrader pipeline, browser, Dask), nbval and the tests that start kernels,
+# and tries each check on one variant per answer cell (the first listed: the same sample every
+# run). `make test` runs all of it.
 quick: lint
 	@mkdir -p logs
 	( $(BIN)/python -m pytest --quick -p no:cacheprovider tests/grading \
