@@ -1,6 +1,7 @@
 """Every answer of tests/variants, graded the way nbgrader grades it: the solution notebook's
 answer cells run in a notebook-like namespace (one replaced by the variant or by its released
-stub), then each test cell's source runs as written, visible and hidden parts together.
+stub), then the source of each test cell below the replaced answer runs as written, visible
+and hidden parts together (a test cell above it gives its verdict before the answer exists).
 
 - the reference solution keeps every test cell's points, printing only its "Correct: ..." lines,
   and leaves the notebook's random state and torch's thread count alone;
@@ -40,8 +41,7 @@ NOTEBOOKS = {assignment: SolutionNotebook(assignment) for assignment in ASSIGNME
 
 def own_test_cell(notebook: SolutionNotebook, answer: str) -> str:
     """The test cell that grades ``answer``: the first one after it in the notebook."""
-    order = list(notebook.cells)
-    return next(t for t in order[order.index(answer) :] if t in notebook.tests)
+    return cells_below(notebook, answer)[0]
 
 
 def cells_below(notebook: SolutionNotebook, answer: str) -> list[str]:
