@@ -780,6 +780,15 @@ JAX_GIVEN = {
 }
 """The ``__init__`` notebook 10 gives (its parameters' names are checked)."""
 
+JAX_LAYER_NORM_INIT = (
+    "class LayerNorm(nnx.Module):\n"
+    "    def __init__(self, num_features, *, epsilon=None, rngs=None):\n"
+    "        self.scale = nnx.Param(jnp.ones((num_features,)))\n"
+    "        self.bias = nnx.Param(jnp.zeros((num_features,)))\n"
+    "        self.epsilon = 1e-5 if epsilon is None else epsilon\n\n"
+)
+"""The start of the LayerNorm cheats of notebook 10: an ``nnx.Param`` scale and bias, as asked."""
+
 JAX_LOOPHOLES = {
     # answer cell: (class of cheat, whole answer cell, what its test cells must say, mistake id)
     "jax_dropout": (
@@ -805,12 +814,8 @@ JAX_LOOPHOLES = {
     "jax_layer_norm": (
         "private name of Flax",
         "from flax.nnx.nn import normalization\n\n\n"
-        "class LayerNorm(nnx.Module):\n"
-        "    def __init__(self, num_features, *, epsilon=None, rngs=None):\n"
-        "        self.scale = nnx.Param(jnp.ones((num_features,)))\n"
-        "        self.bias = nnx.Param(jnp.zeros((num_features,)))\n"
-        "        self.epsilon = 1e-5 if epsilon is None else epsilon\n\n"
-        "    def __call__(self, x):\n"
+        + JAX_LAYER_NORM_INIT
+        + "    def __call__(self, x):\n"
         "        stats = normalization._compute_stats\n"
         "        mean, var = stats(x, (-1,), None, use_fast_variance=False)\n"
         "        scale, bias = self.scale[...], self.bias[...]\n"
@@ -880,12 +885,8 @@ JAX_FOUND = {
     "jax_layer_norm": (
         "a module a library imported (the kernel's watch off, nnx.LayerNorm by its module's path)",
         "from flax.nnx.nn.normalization import LayerNorm as FlaxLayerNorm\n\n\n"
-        "class LayerNorm(nnx.Module):\n"
-        "    def __init__(self, num_features, *, epsilon=None, rngs=None):\n"
-        "        self.scale = nnx.Param(jnp.ones((num_features,)))\n"
-        "        self.bias = nnx.Param(jnp.zeros((num_features,)))\n"
-        "        self.epsilon = 1e-5 if epsilon is None else epsilon\n\n"
-        "    def __call__(self, x):\n"
+        + JAX_LAYER_NORM_INIT
+        + "    def __call__(self, x):\n"
         "        nnx.reprlib.sys.setprofile(None)\n"
         "        norm = FlaxLayerNorm(\n"
         "            x.shape[-1], epsilon=self.epsilon, use_fast_variance=False, rngs=nnx.Rngs(0)\n"
