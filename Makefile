@@ -20,7 +20,7 @@ TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
 STUDENT_EDITION ?= build/student-edition
 NBVAL := $(BIN)/python -m pytest --nbval --nbval-current-env \
-	--nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider solutions
+	--nbval-sanitize-with tests/notebooks/nbval_sanitize.cfg -p no:cacheprovider solutions
 
 .PHONY: setup lab instructor student-edition test quick lint nbval notebooks bench clean
 

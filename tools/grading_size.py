@@ -4,10 +4,10 @@
     python -m tools.grading_size --at REV   # the same for a commit (read with git show)
     python -m tools.grading_size --anatomy  # what the lines hold, per exercise
 
-For every topic module of ``encoder_lib/grading`` (``*_checks.py``, plus the shared
-``_layers.py`` counted apart): its lines, how many of them hold nothing but string literals
-(message text: what a student reads), the rest (the representation), its exercises and the
-lines per exercise. Blank lines and comments count as lines, as a reader scrolls past them.
+For every topic module of ``encoder_lib/grading/checks`` (``nNN_<notebook>.py``, plus the
+shared ``layer_cases.py`` counted apart): its lines, how many of them hold nothing but string
+literals (message text: what a student reads), the rest (the representation), its exercises and
+the lines per exercise. Blank lines and comments count as lines, as a reader scrolls past them.
 
 ``--anatomy`` splits every module's lines by what they hold, each line counted once, in this
 order: the named mistakes (``Mistake(id, message)`` calls: the catalogue's ids and the text a
@@ -29,6 +29,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 GRADING = "encoder_lib/grading"
+CHECKS = "encoder_lib/grading/checks"
 STRING_ONLY = {tokenize.STRING, tokenize.OP, tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT}
 EXERCISE = re.compile(r"^check_\w+ = ", re.MULTILINE)
 """Every exercise's check is assigned at the top level of its module: ``check_x = register...``."""
@@ -88,30 +89,45 @@ def anatomy(source: str) -> dict[str, int]:
     return counts
 
 
+def _is_topic(name: str) -> bool:
+    """A topic module's file name: ``checks/nNN_<notebook>.py`` now, ``*_checks.py`` before the
+    layout of issue 41."""
+    return re.fullmatch(r"n\d\d_\w+\.py", name) is not None or name.endswith("_checks.py")
+
+
+SHARED = ("layer_cases.py", "_layers.py")
+"""The cases the layer exercises share, now and before issue 41."""
+
+
 def modules(rev: str | None) -> dict[str, str]:
-    """File name -> source of the topic modules (and ``_layers.py``), now or at ``rev``."""
+    """File name -> source of the topic modules (and ``layer_cases.py``), now or at ``rev``."""
     if rev is None:
-        paths = [*sorted((ROOT / GRADING).glob("*_checks.py")), ROOT / GRADING / "_layers.py"]
-        return {p.name: p.read_text() for p in paths if p.exists()}
-    names = subprocess.run(
-        ["git", "ls-tree", "--name-only", f"{rev}:{GRADING}"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split()
-    wanted = [*sorted(n for n in names if n.endswith("_checks.py")), "_layers.py"]
+        folder = ROOT / CHECKS
+        return {p.name: p.read_text() for p in sorted(folder.glob("*.py")) if _wanted(p.name)}
+    for folder in (CHECKS, GRADING):  # the layout of issue 41, then the flat one before it
+        listed = subprocess.run(
+            ["git", "ls-tree", "--name-only", f"{rev}:{folder}"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        )
+        names = [n for n in listed.stdout.split() if _wanted(n)]
+        if listed.returncode == 0 and names:
+            break
     return {
         n: subprocess.run(
-            ["git", "show", f"{rev}:{GRADING}/{n}"],
+            ["git", "show", f"{rev}:{folder}/{n}"],
             cwd=ROOT,
             capture_output=True,
             text=True,
             check=True,
         ).stdout
-        for n in wanted
-        if n in names
+        for n in sorted(names, key=lambda n: (n in SHARED, n))
     }
+
+
+def _wanted(name: str) -> bool:
+    return _is_topic(name) or name in SHARED
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -149,7 +149,8 @@ def binder_requirements() -> str:
         "# (test, grading and Dask packages left out), torch from PyTorch's CPU wheel index (the",
         "# PyPI wheel pulls ~3 GB of CUDA libraries Binder cannot use). postBuild installs",
         "# encoder_lib.",
-        "# Generated: python -m tools.student_edition binder (tests/test_binder.py checks it).",
+        "# Generated: python -m tools.student_edition binder",
+        "# (tests/binder/test_binder.py checks it).",
         f"--extra-index-url {TORCH_CPU_INDEX}",
     ]
     for name, version in student_pins().items():

@@ -1,8 +1,8 @@
 """Authorship rules, checked in nbgrader's process from the answer cells' source.
 
-The forbidden-call trap of ``encoder_lib.grading.observe`` lives in the student's kernel, where
-it tells a student at once that a built-in does the exercise's work. Code in the same kernel can
-switch it off or go around it (``sys.setprofile(None)``, ``torch._C.DisableTorchFunction()``, a
+The forbidden-call trap of ``encoder_lib.grading.kernel.observe`` lives in the student's kernel,
+where it tells a student at once that a built-in does the exercise's work. Code in the same kernel
+can switch it off or go around it (``sys.setprofile(None)``, ``torch._C.DisableTorchFunction()``, a
 thread, ``torch.ops.aten``, a function fetched by a string...). So at autograde the judge also
 reads the answer cells' source from the submitted notebook, before any call reaches the kernel,
 and an exercise whose answer breaks a rule scores 0 with a message that names the construct and
@@ -36,7 +36,7 @@ from nbgrader.utils import is_grade, is_solution
 
 from encoder_lib.grading import runner
 from encoder_lib.grading.feedback import ForbiddenCallError, GradingError
-from encoder_lib.grading.observe import rules
+from encoder_lib.grading.kernel.observe import rules
 from encoder_lib.grading.source_rules import (
     BUILTINS,
     DUNDERS,

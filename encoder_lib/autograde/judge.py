@@ -54,7 +54,7 @@ from traitlets import Enum
 from encoder_lib.autograde import authorship, records
 from encoder_lib.grading import runner, wire
 from encoder_lib.grading.feedback import GradingError, NotWrittenYet
-from encoder_lib.grading.observe import Call, Failure, Observation
+from encoder_lib.grading.kernel.observe import Call, Failure, Observation
 
 __all__ = ["JudgeExecute", "DisableCodeAboveSetup", "DEMO_TAG"]
 

@@ -13,34 +13,10 @@ records what happened; the judging never happens where a student could reach it 
 comes back in nbgrader's own process.
 """
 
-from . import (
-    attention_checks,
-    capstone_checks,
-    decoder_checks,
-    encoder_checks,
-    feed_forward_checks,
-    jax_checks,
-    jax_training_checks,
-    layer_norm_checks,
-    masked_lm_checks,
-    modern_checks,
-    multi_head_checks,
-    real_encoder_checks,
-    restart_hints,
-)
-from .attention_checks import *  # noqa: F403
-from .capstone_checks import *  # noqa: F403
-from .decoder_checks import *  # noqa: F403
-from .encoder_checks import *  # noqa: F403
-from .feed_forward_checks import *  # noqa: F403
+from . import checks
+from .checks import *  # noqa: F403  every check_* function, from its notebook's module
 from .feedback import ForbiddenCallError, GradingError, NotWrittenYet, hint, show_full_tracebacks
-from .jax_checks import *  # noqa: F403
-from .jax_training_checks import *  # noqa: F403
-from .layer_norm_checks import *  # noqa: F403
-from .masked_lm_checks import *  # noqa: F403
-from .modern_checks import *  # noqa: F403
-from .multi_head_checks import *  # noqa: F403
-from .real_encoder_checks import *  # noqa: F403
+from .kernel import restart_hints
 from .runner import EXERCISES
 
 # Every test cell's first line imports this package: its NameErrors say what to run even when
@@ -54,16 +30,5 @@ __all__ = [
     "NotWrittenYet",
     "hint",
     "show_full_tracebacks",
-    *attention_checks.__all__,
-    *multi_head_checks.__all__,
-    *layer_norm_checks.__all__,
-    *feed_forward_checks.__all__,
-    *encoder_checks.__all__,
-    *capstone_checks.__all__,
-    *decoder_checks.__all__,
-    *masked_lm_checks.__all__,
-    *modern_checks.__all__,
-    *jax_checks.__all__,
-    *jax_training_checks.__all__,
-    *real_encoder_checks.__all__,
+    *checks.__all__,
 ]

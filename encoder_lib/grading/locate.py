@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from .feedback import Mistake
-from .observe import TRACE, Call, Observation, named_tensors, student_mode, trace_parts
+from .kernel.observe import TRACE, Call, Observation, named_tensors, student_mode, trace_parts
 
 __all__ = ["Locate", "explain", "LOCATED"]
 

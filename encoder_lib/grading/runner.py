@@ -55,7 +55,7 @@ import torch
 
 from . import locate as _locate
 from .feedback import ForbiddenCallError, GradingError, Mistake, NotWrittenYet, remember
-from .observe import (
+from .kernel.observe import (
     AFTER_CHECK,
     Call,
     Failure,
@@ -69,7 +69,7 @@ from .observe import (
     student_mode,
     tensors_of,
 )
-from .observe import FORBIDDEN as FORBIDDEN_CALLS
+from .kernel.observe import FORBIDDEN as FORBIDDEN_CALLS
 from .source_rules import MISTAKES as RULE_MISTAKES
 
 __all__ = [
@@ -810,7 +810,7 @@ STEPS: dict[str, Callable[[Trial], None]] = {
     "gradients": _step_grads,
 }
 """The generic checks, in the order they run. Each is tested by switching it off
-(tests/grading/test_runner.py): some answer of tests/variants must then be misjudged."""
+(tests/grading/engine/test_runner.py): some answer of tests/variants must then be misjudged."""
 
 
 def failure_error(case: Case, failure: Failure) -> GradingError:

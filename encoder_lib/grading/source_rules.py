@@ -40,7 +40,7 @@ from importlib.machinery import PathFinder
 from types import ModuleType
 from typing import Any
 
-from .observe import Expanded, Forbidden, expanded
+from .kernel.observe import Expanded, Forbidden, expanded
 
 __all__ = [
     "Breach",

@@ -21,7 +21,7 @@ import safetensors
 import safetensors.torch
 import torch
 
-from .observe import Call, Failure, Observation, Opaque, Part, observe
+from .kernel.observe import Call, Failure, Observation, Opaque, Part, observe
 
 __all__ = [
     "MIME",

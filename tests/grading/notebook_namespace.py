@@ -25,7 +25,8 @@ from variants import Variant, load
 
 import encoder_lib
 from encoder_lib import grading
-from encoder_lib.grading import GradingError, observe, runner, wire
+from encoder_lib.grading import GradingError, runner, wire
+from encoder_lib.grading.kernel import observe
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -489,7 +489,7 @@ sys.modules["encoder_lib.grading"] = _Passes("encoder_lib.grading")
 encoder_lib.__dict__["grading"] = sys.modules["encoder_lib.grading"]
 """
 
-FAKE_SERVE = """import encoder_lib.grading.observe as _observe
+FAKE_SERVE = """import encoder_lib.grading.kernel.observe as _observe
 from encoder_lib.grading import wire as _wire
 from IPython.display import publish_display_data as _publish
 
@@ -554,9 +554,9 @@ TRAPS_OFF = {
     # answer cell's source in nbgrader's process and refuses the construct (the words each
     # feedback must say), whatever the kernel then does.
     "student_mode_patched": (
-        "import contextlib\n\nimport encoder_lib.grading.observe as _observe\n\n"
+        "import contextlib\n\nimport encoder_lib.grading.kernel.observe as _observe\n\n"
         "_observe.student_mode = lambda *args, **kwargs: contextlib.nullcontext([])\n",
-        "import encoder_lib.grading.observe as _observe",
+        "import encoder_lib.grading.kernel.observe as _observe",
     ),
     "profile_hook_off": ("import sys\n\nsys.setprofile(None)\n", "import sys"),
     "torch_function_off": (
@@ -578,7 +578,7 @@ TRAPS_OFF = {
         "__import__",
     ),
     "proxy_in_sys_modules": (
-        "import sys as _s\n\n_s.modules['encoder_lib.grading.observe'] = None\n",
+        "import sys as _s\n\n_s.modules['encoder_lib.grading.kernel.observe'] = None\n",
         "import sys as _s",
     ),
     "post_run_cell_hook": (
@@ -591,8 +591,8 @@ TRAPS_OFF = {
         "import types",
     ),
     "grader_replayed": (
-        "from encoder_lib.grading import layer_norm_checks as _cases\n",
-        "from encoder_lib.grading import layer_norm_checks",
+        "from encoder_lib.grading import n03_layer_norm as _cases\n",
+        "from encoder_lib.grading import n03_layer_norm",
     ),
 }
 
@@ -627,7 +627,7 @@ LOOPHOLES = {
     "grader_private_reference": (
         "masked_mean",
         "grader",
-        "from encoder_lib.grading.capstone_checks import _masked_mean as _mean\n\n\n"
+        "from encoder_lib.grading.checks.n06_sentiment_capstone import _masked_mean as _mean\n\n\n"
         "def masked_mean(h, keep):\n    return _mean(h, keep)\n",
         "encoder_lib.grading",
     ),

@@ -34,7 +34,7 @@ LOOP_TIMEOUT = 15  # Execute.timeout (s) for the looping student only; the repo 
 # for every answer cell and every distinct set of failing cells, the first buggy variant of
 # tests/variants, and the first correct variant of every answer cell. "all": every variant (one
 # notebook each: about 5 s of CPU per notebook). Every variant's verdict is proved in process and
-# again through the wire by tests/grading/test_catalogue.py; the class proves that the real
+# again through the wire by tests/grading/checks/test_catalogue.py; the class proves that the real
 # nbgrader scores each kind of mistake (its own cell, and the cells that depend on it) the same.
 # Until 2026-11-29 the sample also took the last buggy variant of each group: 91 buggy students
 # where 51 now show every (cell, failing cells) pattern once.

@@ -379,7 +379,8 @@ def test_student_notebook_in_the_browser(name, student_lab, browser, artifacts):
 
 
 # The hints hold before the setup cell has run because every test cell's first line imports
-# encoder_lib.grading, which installs them (tests/test_restart_hints.py, in a kernel of its own).
+# encoder_lib.grading, which installs them (tests/grading/engine/test_restart_hints.py, in a
+# kernel of its own).
 def test_a_test_cell_run_first_after_a_restart_says_to_run_the_setup_cell(
     student_lab, browser, artifacts
 ):

@@ -46,7 +46,8 @@ class Variant:
     mistake: str = ""
     """The id of the mistake a buggy answer makes (``feedback.Mistake``, or a generic step's
     id of ``runner.STEP_MISTAKES``): the failure of its own test cell must carry it, and every
-    id of the catalogue must be made by some buggy answer (tests/grading/test_catalogue.py)."""
+    id of the catalogue must be made by some buggy answer
+    (tests/grading/checks/test_catalogue.py)."""
 
 
 def load(assignment: str) -> tuple[list[Variant], list[Variant]]:

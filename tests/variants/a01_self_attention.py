@@ -641,7 +641,7 @@ CORRECT = [
     ),
 ]
 
-# --- answers that make the rest of the catalogue (tests/grading/test_catalogue.py) ---------------
+# --- answers that make the rest of the catalogue (tests/grading/checks/test_catalogue.py) -------
 
 BUGGY += [
     Variant(

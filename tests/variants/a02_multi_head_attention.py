@@ -751,7 +751,7 @@ CORRECT: list[Variant] = [
     ),
 ]
 
-# --- answers that make the rest of the catalogue (tests/grading/test_catalogue.py) ---------------
+# --- answers that make the rest of the catalogue (tests/grading/checks/test_catalogue.py) -------
 
 _INTERLEAVED = (
     _INLINE.replace(

@@ -792,7 +792,7 @@ CORRECT = [
     ),
 ]
 
-# --- answers that make the rest of the catalogue (tests/grading/test_catalogue.py) ---------------
+# --- answers that make the rest of the catalogue (tests/grading/checks/test_catalogue.py) -------
 
 
 def _normalised(dims: str, eps: str = "self.eps") -> str:

@@ -574,7 +574,7 @@ def gelu(x):
 ]
 
 
-# --- answers that make the rest of the catalogue (tests/grading/test_catalogue.py) ---------------
+# --- answers that make the rest of the catalogue (tests/grading/checks/test_catalogue.py) -------
 
 BUGGY += [
     dataclasses.replace(v, mistake=mistake)

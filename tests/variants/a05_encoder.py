@@ -1031,7 +1031,7 @@ _FORBIDDEN = [
 BUGGY = _PE_BUGGY + _MASK_BUGGY + _LAYER_BUGGY + _ENCODER_BUGGY + _FORBIDDEN
 CORRECT = _PE_CORRECT + _MASK_CORRECT + _LAYER_CORRECT + _ENCODER_CORRECT
 
-# --- answers that make the rest of the catalogue (tests/grading/test_catalogue.py) ---------------
+# --- answers that make the rest of the catalogue (tests/grading/checks/test_catalogue.py) -------
 
 BUGGY += [
     Variant(

@@ -642,7 +642,7 @@ _CLASSIFIER_CORRECT = [
 BUGGY = _MEAN_BUGGY + _STEP_BUGGY + _CLASSIFIER_BUGGY
 CORRECT = _MEAN_CORRECT + _STEP_CORRECT + _CLASSIFIER_CORRECT
 
-# --- answers that make the rest of the catalogue (tests/grading/test_catalogue.py) ---------------
+# --- answers that make the rest of the catalogue (tests/grading/checks/test_catalogue.py) -------
 
 BUGGY += [
     Variant(

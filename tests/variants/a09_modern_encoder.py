@@ -1168,7 +1168,7 @@ _LAYER_CORRECT = [
 BUGGY = _RMS_BUGGY + _GATED_BUGGY + _ROTARY_BUGGY + _WINDOW_BUGGY + _LAYER_BUGGY
 CORRECT = _RMS_CORRECT + _GATED_CORRECT + _ROTARY_CORRECT + _WINDOW_CORRECT + _LAYER_CORRECT
 
-# --- answers that make the rest of the catalogue (tests/grading/test_catalogue.py) ---------------
+# --- answers that make the rest of the catalogue (tests/grading/checks/test_catalogue.py) -------
 
 
 def _own_band(condition: str) -> str:

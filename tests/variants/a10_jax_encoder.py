@@ -962,7 +962,7 @@ CORRECT = [
 ]
 
 
-# --- answers that make the rest of the catalogue (tests/grading/test_catalogue.py) ---------------
+# --- answers that make the rest of the catalogue (tests/grading/checks/test_catalogue.py) -------
 
 BUGGY += [
     Variant(
@@ -980,7 +980,7 @@ BUGGY += [
 ]
 
 
-# --- exercise 7: make_optimizer and train_step (issue 39; jax_training_checks.py) ---------------
+# --- exercise 7: make_optimizer and train_step (issue 39; n10_jax_encoder.py) ---------------
 
 TRAIN = "jax_train_step"
 T_TRAIN = f"test_{TRAIN}"
