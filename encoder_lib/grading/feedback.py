@@ -16,6 +16,7 @@ import os
 import re
 import textwrap
 import traceback
+from collections.abc import Mapping
 
 __all__ = [
     "GradingError",
@@ -130,6 +131,9 @@ class GradingError(AssertionError):
             None for a message nothing names.
         root: when the mistake lives in an earlier exercise that this one calls, that
             exercise's test cell (``root_title`` its title); None when it lives here.
+        parts: the values filled into the wording (``{"name": "attention_scores"}``), so that
+            whoever words it again (a returned report, an exercise's ``rewrite``) reads them
+            here instead of parsing ``problem``.
     """
 
     headline = "not right yet"
@@ -144,6 +148,7 @@ class GradingError(AssertionError):
         mistake: str | None = None,
         root: str | None = None,
         root_title: str | None = None,
+        parts: Mapping[str, str] | None = None,
     ):
         super().__init__(problem)
         self.problem = str(problem)
@@ -154,6 +159,7 @@ class GradingError(AssertionError):
         self.mistake = mistake or getattr(problem, "id", None)
         self.root = root
         self.root_title = root_title
+        self.parts = dict(parts or {})
 
     def located(self, exercise: str | None = None, tried: str | None = None) -> GradingError:
         """The same error with ``exercise`` and ``tried`` filled in where they were missing."""

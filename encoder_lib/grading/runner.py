@@ -826,13 +826,16 @@ def failure_error(case: Case, failure: Failure) -> GradingError:
             target + "."
         )
         if own:
-            return NotWrittenYet(NOT_WRITTEN.format(name=target), mistake="not-written")
-        return NotWrittenYet(CALLS_STUB.format(name=failure.function), mistake="calls-unwritten")
+            parts = {"name": target}
+            return NotWrittenYet(NOT_WRITTEN.format(**parts), mistake="not-written", parts=parts)
+        parts = {"name": failure.function or target}
+        return NotWrittenYet(CALLS_STUB.format(**parts), mistake="calls-unwritten", parts=parts)
     if failure.kind == "rule":  # a source rule or the threads rule (observe.source_refusal)
         return GradingError(failure.message, where=failure.where, mistake=failure.error)
     if failure.kind == "forbidden":
+        parts = {"who": who, "name": failure.error}
         return ForbiddenCallError(
-            FORBIDDEN.format(who=who, name=failure.error), mistake="forbidden-built-in"
+            FORBIDDEN.format(**parts), mistake="forbidden-built-in", parts=parts
         )
     if failure.kind == "missing":  # the name, or (``observe.Unfit``) a part of the module
         kind = "not-defined" if failure.error == "NameError" else "missing-part"
