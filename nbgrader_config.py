@@ -42,11 +42,12 @@ c.ClearOutput.enabled = True
 
 
 # --- autograding: verdicts decided outside the student's kernel ---------------------------------
-# encoder_lib.autograde.judge (an importable module with its tests): JudgeExecute runs each
-# notebook as nbgrader's Execute does, except that every test cell graded by an encoder_lib
+# encoder_lib.autograde.judge_execute (an importable module with its tests): JudgeExecute runs
+# each notebook as nbgrader's Execute does, except that every test cell graded by an encoder_lib
 # exercise is judged in this process (the student's kernel only evaluates their code on inputs
 # sent to it and hands back plain tensors), and cells tagged "demo" (figures, widgets) are
-# skipped. DisableCodeAboveSetup blanks student code placed above the locked setup cell.
+# skipped. encoder_lib.autograde.disable_code_above_setup: DisableCodeAboveSetup blanks student
+# code placed above the locked setup cell.
 # HiddenTestsOverwriteCells is nbgrader's OverwriteCells without its false alarm: a test cell
 # whose hidden tests were removed from the student version (and nothing else changed) is not
 # reported as changed. The classes are named as strings: nbgrader imports them when it grades,
@@ -56,7 +57,7 @@ c.Autograde.sanitize_preprocessors = [
     "nbgrader.preprocessors.DeduplicateIds",
     "nbgrader.preprocessors.OverwriteKernelspec",
     "encoder_lib.autograde.overwrite.HiddenTestsOverwriteCells",
-    "encoder_lib.autograde.judge.DisableCodeAboveSetup",
+    "encoder_lib.autograde.disable_code_above_setup.DisableCodeAboveSetup",
     "nbgrader.preprocessors.CheckCellMetadata",
 ]
 # Its kernels are warm: each is forked from a process that has already imported torch,
@@ -65,7 +66,7 @@ c.Autograde.sanitize_preprocessors = [
 # starts a new Python for each instead.
 c.JudgeExecute.kernels = "warm"
 c.Autograde.autograde_preprocessors = [
-    "encoder_lib.autograde.judge.JudgeExecute",
+    "encoder_lib.autograde.judge_execute.JudgeExecute",
     "nbgrader.preprocessors.IgnorePattern",
     "nbconvert.preprocessors.ClearMetadataPreprocessor",
     "nbgrader.preprocessors.LimitOutput",

@@ -162,7 +162,7 @@ class CellClock:
         self._wrap(NotebookClient, "_cleanup_kernel", lambda *a: "kernel stop")
         self._wrap(ExecutePreprocessor, "preprocess_cell", kind)
         with contextlib.suppress(ImportError):
-            from encoder_lib.autograde.judge import JudgeExecute
+            from encoder_lib.autograde.judge_execute import JudgeExecute
 
             if "preprocess_cell" in JudgeExecute.__dict__:
                 self._wrap(JudgeExecute, "preprocess_cell", kind)

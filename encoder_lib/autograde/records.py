@@ -1,7 +1,7 @@
 """The verdict autograde keeps for every test cell: which mistake, in which exercise.
 
 Where records live: in the autograded notebook itself, in the metadata of the test cell they
-judge (``cell.metadata["encoder_lib"]["verdict"]``), written by ``judge.JudgeExecute`` in
+judge (``cell.metadata["encoder_lib"]["verdict"]``), written by ``judge_execute.JudgeExecute`` in
 nbgrader's process. The autograded notebook is what nbgrader keeps for every graded submission,
 so the records go wherever it goes, with nothing else to write or merge:
 

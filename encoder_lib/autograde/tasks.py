@@ -163,7 +163,8 @@ def warm_up(warm_kernels: bool = False) -> str:
     import nbgrader.preprocessors  # noqa: F401
 
     # nbgrader_config.py names the grader's preprocessors as strings: import them (and torch).
-    import encoder_lib.autograde.judge
+    import encoder_lib.autograde.disable_code_above_setup
+    import encoder_lib.autograde.judge_execute
     import encoder_lib.autograde.overwrite  # noqa: F401
 
     if warm_kernels:

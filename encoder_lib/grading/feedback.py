@@ -61,11 +61,11 @@ class Mistake(str):
 
     A catalogue entry is written ``Mistake("scaled-by-d-k", "the scores are divided by d_k
     ..."): value``, and a probe returns a ``Mistake`` too. It reads as its wording everywhere
-    (the catalogue stays ``{wording: value}``); the id goes with the ``GradingError`` it becomes,
-    into the verdict autograde records (``encoder_lib.autograde.judge``) and the instructor's
-    report, which counts mistakes by id. One mistake, one id: entries that word it for different
-    cases share it, and so may the same mistake in two exercises. ``format`` keeps the id (and
-    the hint) and fills in the wording.
+    (the catalogue stays ``{wording: value}``); the id goes with the ``GradingError`` it
+    becomes, into the verdict autograde records (``encoder_lib.autograde.judge_execute``) and
+    the instructor's report, which counts mistakes by id. One mistake, one id: entries that word
+    it for different cases share it, and so may the same mistake in two exercises. ``format``
+    keeps the id (and the hint) and fills in the wording.
 
     Args:
         id: lowercase words joined by hyphens.

@@ -10,7 +10,7 @@ import pytest
 from traitlets.utils.importstring import import_item
 
 from encoder_lib.autograde import distributed
-from encoder_lib.autograde.judge import for_report
+from encoder_lib.autograde.judge_execute import for_report
 from encoder_lib.grading import runner
 from encoder_lib.grading.feedback import GradingError, NotWrittenYet
 from tools.build_course import ROOT

@@ -304,11 +304,12 @@ def test_the_course_grades_with_the_kernels_its_config_names():
     from jupyter_client.manager import AsyncKernelManager
     from traitlets.config.loader import KVArgParseConfigLoader, PyFileConfigLoader
 
-    from encoder_lib.autograde.judge import JudgeExecute
+    from encoder_lib.autograde.judge_execute import JudgeExecute
 
     root = Path(__file__).resolve().parents[2]
     config = PyFileConfigLoader("nbgrader_config.py", path=str(root)).load_config()
-    assert "encoder_lib.autograde.judge.JudgeExecute" in config.Autograde.autograde_preprocessors
+    preprocessors = config.Autograde.autograde_preprocessors
+    assert "encoder_lib.autograde.judge_execute.JudgeExecute" in preprocessors
     assert JudgeExecute(config=config).kernel_manager_class is W.WarmKernelManager
     assert JudgeExecute().kernel_manager_class is W.WarmKernelManager
     config.merge(KVArgParseConfigLoader(["--JudgeExecute.kernels=cold"]).load_config())

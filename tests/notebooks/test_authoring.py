@@ -13,7 +13,7 @@ import symtable
 import nbformat
 import pytest
 
-from encoder_lib.autograde.judge import DEMO_TAG
+from encoder_lib.autograde.judge_execute import DEMO_TAG
 from encoder_lib.grading import EXERCISES
 from tools.build_course import RELEASE, SOLUTIONS, assignments
 

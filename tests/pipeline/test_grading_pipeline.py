@@ -9,7 +9,7 @@ import json
 import nbformat
 import pytest
 
-from encoder_lib.autograde.judge import NOT_RUN
+from encoder_lib.autograde.judge_execute import NOT_RUN
 from pipeline import course as C
 from pipeline import roster as R
 

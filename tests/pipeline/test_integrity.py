@@ -2,7 +2,7 @@
 and tries to earn points anyway (by rebinding torch, the checks, the modules, the import system,
 frames, closures, the tracer, or the kernel's answers to the grader). None may earn any: at
 autograde the verdict of every test cell is decided outside the student's kernel
-(encoder_lib.autograde.judge). An answer that delegates to the built-in scores 0 for that
+(encoder_lib.autograde.judge_execute). An answer that delegates to the built-in scores 0 for that
 exercise and its feedback says why, also with the kernel's trap switched off or gone around
 (``cheats.TRAPS_OFF``): the judge reads the answer cells' source in nbgrader's process
 (encoder_lib.autograde.authorship) and names the construct.

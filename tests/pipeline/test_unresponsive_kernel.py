@@ -2,7 +2,7 @@
 
 nbgrader interrupts a cell that runs past ``Execute.timeout``. Code that ignores SIGINT keeps
 the kernel busy, and nbclient then raises ``CellTimeoutError`` (no reply on IOPub); before
-``JudgeExecute._recover`` that ended the autograde of the submission (nbgrader exited 1). Two
+``JudgeExecute.recover`` that ended the autograde of the submission (nbgrader exited 1). Two
 ways to hang, each through the real commands, plain ``nbgrader autograde`` and the Dask
 command: the judged call of the last exercise never returns, or the answer cell of the last
 exercise never finishes running. Either scores 0 on that exercise's test cells and "ran past the

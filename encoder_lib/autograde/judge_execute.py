@@ -1,11 +1,11 @@
-"""nbgrader preprocessors that decide grades outside the student's kernel.
+"""``JudgeExecute``: nbgrader's ``Execute``, with the grades decided outside the student's kernel.
 
 ``JudgeExecute`` replaces nbgrader's ``Execute`` at autograde. It runs the notebook in the
 student's kernel as usual (setup cell, answer cells, locked cells) with these changes:
 
 - a test cell graded by a registered exercise (``encoder_lib.grading.EXERCISES``, keyed by the
   cell's grade_id) is not run in the kernel. This process runs the exercise's cases itself: it
-  builds the inputs, sends each ``Call`` into the kernel (``wire.serve``), reads back plain
+  builds the inputs, sends each ``Call`` into the kernel (``kernel_ask``), reads back plain
   tensors (``wire``: JSON and safetensors, never pickle), and judges them against the reference
   computed here. The cell's outputs are then written from the verdict: one "Correct" line, or
   the short error block that scores the cell 0. Nothing the kernel prints reaches that cell, and
@@ -30,8 +30,7 @@ Every graded test cell also keeps its verdict in its metadata: passed or not, th
 the exercise and, for a mistake that lives in an earlier exercise, that one (``records``). The
 instructor's report (``encoder_lib.autograde.report``) counts mistakes from these records.
 
-``DisableCodeAboveSetup`` (a sanitize step) blanks student code cells placed above the locked
-setup cell, so that the notebook starts the way the course set it up.
+Code above the setup cell was blanked before this step (``disable_code_above_setup``).
 
 What is and is not guaranteed is written in docs/GRADING.md.
 """
@@ -46,17 +45,18 @@ from collections.abc import Iterator
 import nbformat
 import torch
 from jupyter_core.utils import ensure_async, run_sync
-from nbclient.exceptions import CellTimeoutError, DeadKernelError
-from nbgrader.preprocessors import Execute, NbGraderPreprocessor
+from nbclient.exceptions import CellTimeoutError
+from nbgrader.preprocessors import Execute
 from nbgrader.utils import determine_grade, is_grade, is_solution
 from traitlets import Enum
 
 from encoder_lib.autograde import authorship, records
-from encoder_lib.grading import runner, wire
+from encoder_lib.autograde.disable_code_above_setup import DISABLED
+from encoder_lib.autograde.kernel_ask import KernelAsk
+from encoder_lib.grading import runner
 from encoder_lib.grading.feedback import GradingError, NotWrittenYet
-from encoder_lib.grading.kernel.observe import Call, Failure, Observation
 
-__all__ = ["JudgeExecute", "DisableCodeAboveSetup", "DEMO_TAG"]
+__all__ = ["DEMO_TAG", "JudgeExecute", "for_report"]
 
 DEMO_TAG = "demo"
 """Cells with this tag only show something; autograde skips them."""
@@ -74,9 +74,6 @@ CALLS_STUB = (
     "NotImplementedError() there), so this test earns no points."
 )
 
-
-DISABLED = "# (disabled at grading: code above the setup cell does not run)"
-"""What ``DisableCodeAboveSetup`` puts in place of a code cell above the setup cell."""
 
 NOT_RUN = (
     "(not run at grading: only the setup cell, the answer cells and the course's locked cells "
@@ -111,7 +108,7 @@ class JudgeExecute(Execute):
     that ignores the interrupt (``signal.signal(signal.SIGINT, signal.SIG_IGN)``, a loop in C)
     keeps the kernel busy, and nbclient then raises ``CellTimeoutError``, which would end the
     autograde of the whole submission (nbgrader exits 1). Here the kernel is restarted instead,
-    the cells it had run are run again in a fresh kernel (``_recover``), and the cell or exercise
+    the cells it had run are run again in a fresh kernel (``recover``), and the cell or exercise
     that hung scores 0 with "ran past the time limit".
 
     Its kernels are warm unless ``kernels`` is ``"cold"`` (see ``warm_kernels``)."""
@@ -173,7 +170,7 @@ class JudgeExecute(Execute):
         except CellTimeoutError:
             self.log.warning("cell %s ran past the time limit and ignored the interrupt", index)
             self._hung.append(cell.source)
-            self._recover()
+            self.recover()
             cell.outputs = [
                 nbformat.v4.new_output(
                     "error",
@@ -201,7 +198,7 @@ class JudgeExecute(Execute):
             mistake="time-limit",
         )
 
-    def _recover(self) -> None:
+    def recover(self) -> None:
         """Restart the kernel and run again, each in a copy whose outputs are dropped, the
         cells it had run (setup, answers, locked cells; not test cells, which only check). A
         cell that hangs again is left out and the kernel restarted once more."""
@@ -224,7 +221,7 @@ class JudgeExecute(Execute):
         await ensure_async(self.kc.wait_for_ready(timeout=self.startup_timeout))
 
     def _judge(self, exercise: runner.Exercise, index: int) -> tuple[list, records.Verdict]:
-        ask = _KernelAsk(self, index)
+        ask = KernelAsk(self, index)
         with _one_thread():
             try:
                 runner.run(exercise, ask, thorough=True)
@@ -304,100 +301,6 @@ def for_report(error: GradingError) -> GradingError:
     return error
 
 
-class _KernelAsk:
-    """An ``Ask`` that runs each ``Call`` in the student's kernel through nbgrader's client.
-    ``prefetch`` sends an exercise's calls in one request; a call not answered by it (or asked
-    later, by a probe) makes its own round trip."""
-
-    def __init__(self, client: JudgeExecute, index: int):
-        self.client = client
-        self.index = index
-        self.answers: dict[int, Observation] = {}
-        self.timed_out: Observation | None = None
-        """Set when a request ran past the time limit: the exercise's later calls are not
-        sent (each would wait out the limit again) and get this answer."""
-
-    def prefetch(self, calls: list[Call]) -> None:
-        observations = self._request(calls)
-        if len(observations) == len(calls) and not any(_unanswered(o) for o in observations):
-            self.answers = {id(call): obs for call, obs in zip(calls, observations, strict=True)}
-
-    def __call__(self, call: Call) -> Observation:
-        cached = self.answers.pop(id(call), None)
-        return cached if cached is not None else self._request([call])[0]
-
-    def _request(self, calls: list[Call]) -> list[Observation]:
-        if self.timed_out is None:
-            observations = self._send(calls)
-            if (
-                observations[0].failure is not None
-                and observations[0].failure.error == "time-limit"
-            ):
-                self.timed_out = observations[0]
-            return observations
-        return [self.timed_out]
-
-    def _send(self, calls: list[Call]) -> list[Observation]:
-        request = wire.encode_calls(calls)
-        # An import statement, not a call of `__import__`: a call resolves `__import__` through
-        # the notebook's globals first, where an answer could have put its own (issue 18: a
-        # notebook-global `__import__` answered the grader); the statement uses the builtins.
-        source = (
-            "from encoder_lib.grading.wire import serve as _encoder_lab_serve\n"
-            f"_encoder_lab_serve({request!r})\n"
-            "del _encoder_lab_serve"
-        )
-        probe = nbformat.v4.new_code_cell(source)
-        cells = self.client.nb.cells
-        original = cells[self.index]
-        try:
-            self.client.execute_cell(probe, self.index, store_history=False)
-        except DeadKernelError:
-            return [
-                _no_answer(
-                    "the kernel died (out of memory, or the code ended the process)", "kernel-died"
-                )
-            ]
-        except CellTimeoutError:  # it ignored the interrupt: the kernel is still busy with it
-            self.client._recover()
-            return [self._time_limit(" and did not stop when interrupted")]
-        finally:
-            cells[self.index] = original
-        answers = [
-            out["data"][wire.MIME]
-            for out in probe.outputs
-            if out.get("output_type") == "display_data" and wire.MIME in out.get("data", {})
-        ]
-        if not answers:
-            errors = [
-                out.get("ename") for out in probe.outputs if out.get("output_type") == "error"
-            ]
-            if "CellTimeoutError" in errors:
-                return [self._time_limit()]
-            return [_no_answer(f"it stopped with {errors[-1] if errors else 'no reply'}")]
-        if len(answers) > 1:  # a hook or a thread published a second answer beside serve's
-            return [_no_answer(f"{len(answers)} answers came back to one request of the grader")]
-        try:
-            return wire.decode_observations(answers[0]) or [_no_answer("an empty answer")]
-        except wire.WireError as error:
-            return [_no_answer(f"its answer could not be read: {error}")]
-
-    def _time_limit(self, how: str = "") -> Observation:
-        return _no_answer(
-            f"it ran past the time limit of {self.client.timeout} s{how} (does it loop forever?)",
-            "time-limit",
-        )
-
-
-def _unanswered(obs: Observation) -> bool:
-    return obs.failure is not None and obs.failure.kind == "no answer"
-
-
-def _no_answer(reason: str, mistake: str = "no-answer") -> Observation:
-    """The kernel did not answer; ``mistake``: why, as a step id (``runner.STEP_MISTAKES``)."""
-    return Observation(failure=Failure("no answer", mistake, reason))
-
-
 @contextlib.contextmanager
 def _one_thread() -> Iterator[None]:
     """The references are tiny: one thread is fastest, above all on a busy machine."""
@@ -407,16 +310,3 @@ def _one_thread() -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(threads)
-
-
-class DisableCodeAboveSetup(NbGraderPreprocessor):
-    """Blank every code cell before the cell whose grade_id is ``setup``."""
-
-    def preprocess(self, nb, resources):
-        ids = [_grade_id(cell) for cell in nb.cells]
-        if "setup" in ids:
-            for cell in nb.cells[: ids.index("setup")]:
-                if cell.cell_type == "code" and cell.source.strip():
-                    cell.source = DISABLED
-                    cell.outputs = []
-        return nb, resources
