@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from encoder_lib.grading import runner  # noqa: E402
+from encoder_lib.grading import runner, vocabulary  # noqa: E402
 from encoder_lib.grading.feedback import Mistake  # noqa: E402
 
 
@@ -60,14 +60,14 @@ def _plain(value: Any) -> Any:
 
 _DEFAULTS = {
     f.name: _plain(f.default if f.default is not dataclasses.MISSING else f.default_factory())
-    for f in dataclasses.fields(runner.Case)
+    for f in dataclasses.fields(vocabulary.Case)
     if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
 }
 """The fields of ``Case`` with a default, as recorded: a field at its default is left out of a
 record, so that a new field of ``Case`` changes no snapshot of the cases that do not use it."""
 
 
-def _case(case: runner.Case) -> dict[str, Any]:
+def _case(case: vocabulary.Case) -> dict[str, Any]:
     record = {}
     for f in dataclasses.fields(case):
         if f.name == "reference":  # what it gives is kept: expected and grads

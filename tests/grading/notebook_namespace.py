@@ -25,7 +25,7 @@ from variants import Variant, load
 
 import encoder_lib
 from encoder_lib import grading
-from encoder_lib.grading import GradingError, runner, wire
+from encoder_lib.grading import GradingError, runner, vocabulary, wire
 from encoder_lib.grading.kernel import observe
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -232,7 +232,7 @@ def expect_exported(module: Any, names: set[str]) -> None:
         assert getattr(grading, name) is getattr(module, name)
 
 
-def through_the_wire(objects: Mapping[str, Any]) -> runner.Ask:
+def through_the_wire(objects: Mapping[str, Any]) -> vocabulary.Ask:
     """An ``Ask`` that sends each call and its observation through ``wire``, as the autograder
     does with the student's kernel: every call of a check must survive the trip."""
 

@@ -39,11 +39,12 @@ def test_the_cases_of_every_exercise_are_built_the_same_twice():
 
 
 def test_a_field_at_its_default_is_left_out_so_a_new_field_changes_no_snapshot():
-    from encoder_lib.grading import runner
+    from encoder_lib.grading import vocabulary
+    from encoder_lib.grading.kernel import observe
     from tools.case_snapshot import _case, _normalised
 
-    x = runner.randn(3, seed=1)
-    record = _case(runner.Case(runner.Call("f", "f", (x,)), "f(x)", expected=x, atol=1e-3))
+    x = vocabulary.randn(3, seed=1)
+    record = _case(vocabulary.Case(observe.Call("f", "f", (x,)), "f(x)", expected=x, atol=1e-3))
     assert set(record) == {"call", "what", "expected", "atol"}
     saved_earlier = {"test_f": [record | {"precheck": None, "slots": []}]}  # defaults recorded
     assert differences(_normalised(saved_earlier), {"test_f": [record]}) == []

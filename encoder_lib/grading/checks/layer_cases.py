@@ -14,10 +14,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .. import runner
+from .. import vocabulary
 from ..feedback import Mistake
 from ..kernel.observe import Call, Observation
-from ..runner import Ask, Case, close, randn, reference_mode
+from ..vocabulary import Ask, Case, close, randn, reference_mode
 
 FUNCTIONS = {"relu({})": torch.relu}
 """What the reference layers apply besides their sub-modules (``locate.Locate.functions``)."""
@@ -267,6 +267,6 @@ def backpropagating(case: Case, ref: nn.Module, upstream: torch.Tensor) -> Case:
     arguments and the layer's parameters, compared with ``ref``'s gradients."""
     names = tuple(f"args[{i}]" for i in range(len(case.call.args)))
     case.reference = ref  # the expected value is the case's own: only the gradients are derived
-    runner.backpropagating(case, upstream, grad=(*names, "parameters"))
+    vocabulary.backpropagating(case, upstream, grad=(*names, "parameters"))
     case.grad_names = {n: n.removeprefix("parameters.") for n in case.grads if n not in names}
     return case

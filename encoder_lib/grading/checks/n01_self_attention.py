@@ -34,7 +34,8 @@ import encoder_lib
 
 from ..feedback import GradingError, Mistake
 from ..kernel.observe import Call, Failure, Forbidden, Observation
-from ..runner import Ask, Case, backpropagating, close, keep_first, randn, register_given
+from ..runner import register_given
+from ..vocabulary import Ask, Case, backpropagating, close, keep_first, randn
 
 __all__ = [
     "check_attention_scores",

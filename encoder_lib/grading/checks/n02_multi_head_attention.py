@@ -38,15 +38,8 @@ import encoder_lib
 from ..feedback import GradingError, Mistake
 from ..kernel import observe
 from ..kernel.observe import Call, Failure, Forbidden, Observation
-from ..runner import (
-    Case,
-    ModuleSpec,
-    backpropagating,
-    keep_first,
-    randn,
-    reference_mode,
-    register_given,
-)
+from ..runner import register_given
+from ..vocabulary import Case, ModuleSpec, backpropagating, keep_first, randn, reference_mode
 
 __all__ = [
     "check_split_heads",

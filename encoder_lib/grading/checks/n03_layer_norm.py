@@ -33,16 +33,8 @@ import encoder_lib
 from ..feedback import Mistake
 from ..kernel import observe
 from ..kernel.observe import Call, Forbidden, Observation, Part
-from ..runner import (
-    Ask,
-    Case,
-    ModuleSpec,
-    backpropagating,
-    close,
-    randn,
-    reference_grads,
-    register_given,
-)
+from ..runner import register_given
+from ..vocabulary import Ask, Case, ModuleSpec, backpropagating, close, randn, reference_grads
 
 __all__ = ["check_layer_norm", "check_layer_norm_module", "check_residual_block"]
 

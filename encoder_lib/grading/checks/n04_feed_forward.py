@@ -29,7 +29,8 @@ import encoder_lib
 
 from ..feedback import ForbiddenCallError, GradingError, Mistake
 from ..kernel.observe import Call, Failure, Forbidden, Observation, deterministic_dropout
-from ..runner import (
+from ..runner import register_given
+from ..vocabulary import (
     Ask,
     Case,
     ModuleSpec,
@@ -38,7 +39,6 @@ from ..runner import (
     randn,
     reference_mode,
     reference_value,
-    register_given,
 )
 
 __all__ = ["check_feed_forward", "check_count_parameters", "check_gelu"]

@@ -53,16 +53,16 @@ from torch import nn
 
 import encoder_lib
 
-from .. import runner
+from .. import runner, vocabulary
 from ..feedback import Mistake
 from ..kernel import observe
 from ..kernel.observe import Call, Failure, Forbidden, Observation
 from ..locate import Locate
-from ..runner import (
+from ..vocabulary import (
     Ask,
     Case,
+    Intermediate,
     ModuleSpec,
-    Part,
     Unchanged,
     close,
     keep_first,
@@ -589,7 +589,7 @@ def _mask_problem(mask: Any, expected: torch.Tensor, H: int) -> str | None:
     if not isinstance(mask, torch.Tensor):
         return Mistake(
             "mask-not-a-tensor",
-            f"the mask passed to the layers is {runner._describe(mask)}, not a torch.Tensor.",
+            f"the mask passed to the layers is {vocabulary.describe(mask)}, not a torch.Tensor.",
         )
     if mask.dtype != torch.bool:
         return Mistake(
@@ -711,7 +711,7 @@ def _encoder_case(sizes, B, L, lengths, seed, train=False, dtype=torch.float64) 
         failure_hint=functools.partial(_sequence_first_hint, B, L, s.D),
         before=(
             lambda obs, ask: _layers_problem(s, obs),
-            Part(_first_input, lambda obs: _first_input_case(s, case, obs)),
+            Intermediate(_first_input, lambda obs: _first_input_case(s, case, obs)),
             lambda obs, ask: _run_problem(s, obs),
         ),
     )

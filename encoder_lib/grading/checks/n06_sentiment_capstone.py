@@ -54,12 +54,12 @@ from torch import nn
 
 import encoder_lib
 
-from .. import runner
+from .. import runner, vocabulary
 from ..feedback import GradingError, Mistake
 from ..kernel import observe
 from ..kernel.observe import Call, Failure, Observation
 from ..locate import Locate
-from ..runner import Case, ModuleSpec, backpropagating, close, keep_first, randn, reference_mode
+from ..vocabulary import Case, ModuleSpec, backpropagating, close, keep_first, randn, reference_mode
 
 __all__ = ["check_masked_mean", "check_train_step", "check_sentiment_classifier"]
 
@@ -269,7 +269,7 @@ def _mean_cases(thorough: bool) -> Iterator[Case]:
     scattered = torch.tensor([[True, False, True, False, True], [False, True, False, True, True]])
     yield _mean_case(randn(2, 5, 3, seed=41), scattered)
     yield _mean_case(randn(2, 5, 6, seed=51, dtype=torch.float32), [5, 3])
-    for dtype in runner.HALF_PRECISION:  # the docstring promises the dtype of h
+    for dtype in vocabulary.HALF_PRECISION:  # the docstring promises the dtype of h
         yield _mean_case(randn(2, 5, 6, seed=71).to(dtype), [5, 2])
     yield _mean_case(randn(2, 4, 3, seed=61), [3, 1], gradient=True)
 
@@ -567,7 +567,7 @@ def _judge_train_step(s: _StepSetup, obs: Observation) -> None:
             raise GradingError(
                 Mistake(
                     "loss-not-a-float",
-                    f"it returns {runner._describe(value)}{which}: return the loss of the batch "
+                    f"it returns {vocabulary.describe(value)}{which}: return the loss of the batch "
                     "as a Python float, loss.item().",
                 )
             )
@@ -669,7 +669,7 @@ def _parameter_problem(s, state, ids, labels, grads, got, events) -> str:
     name = next(n for n in after if not close(got.get(n), after[n], 1e-9, 1e-7))
     return Mistake(
         "mismatch",
-        runner.mismatch(
+        vocabulary.mismatch(
             f"after the step, the parameter {name}", got.get(name), after[name], 1e-9, 1e-7
         ),
     )

@@ -54,7 +54,7 @@ from ..feedback import Mistake
 from ..kernel import observe
 from ..kernel.observe import Call, Failure, Forbidden, Observation, Part
 from ..locate import Locate
-from ..runner import Ask, Case, ModuleSpec, Unchanged, keep_first, randn, redrawn
+from ..vocabulary import Ask, Case, ModuleSpec, Unchanged, keep_first, randn, redrawn
 from . import layer_cases
 
 __all__ = [

@@ -46,11 +46,11 @@ import torch.nn.functional as F
 import encoder_lib
 from encoder_lib import mlm
 
-from .. import runner
+from .. import runner, vocabulary
 from ..feedback import GradingError, Mistake
 from ..kernel import observe
 from ..kernel.observe import Call, Failure, Forbidden, Observation
-from ..runner import Case, ModuleSpec, backpropagating, keep_first, randn, reference_mode
+from ..vocabulary import Case, ModuleSpec, backpropagating, keep_first, randn, reference_mode
 
 __all__ = ["check_mask_tokens", "check_masked_language_model", "check_mlm_loss", "check_fill_mask"]
 
@@ -135,7 +135,7 @@ def _mask_case(s: _Sentences, p: float, seed: int) -> Case:
     return case
 
 
-def _judge_mask(case: Case, s: _Sentences, p: float, obs: Observation, ask: runner.Ask) -> None:
+def _judge_mask(case: Case, s: _Sentences, p: float, obs: Observation, ask: vocabulary.Ask) -> None:
     trial = runner.Trial(case, obs, ask)
     trial.slots = runner._structure(case, case.expected, obs.value)
     for step in ("plain tensor", "shape", "in place", "dtype"):
@@ -276,7 +276,7 @@ def _special_name(i: int) -> str:
 def _randomness_problem(obs: Observation) -> str | None:
     first = obs.value
     again, other = obs.info.get("runs", (None, None))
-    if again is not None and not runner.close(again, first):
+    if again is not None and not vocabulary.close(again, first):
         return Mistake(
             "global-generator",
             "called twice with generators seeded alike, it gave different results: some of its "
@@ -284,7 +284,7 @@ def _randomness_problem(obs: Observation) -> str | None:
             "every random function (torch.rand, torch.randint, torch.bernoulli...), so that a "
             "seeded generator makes the corruption reproducible.",
         )
-    if other is not None and runner.close(other, first):
+    if other is not None and vocabulary.close(other, first):
         return Mistake(
             "not-random",
             "with a differently seeded generator it chose exactly the same tokens: the choice "
@@ -598,7 +598,7 @@ def _loss_hint(failure: Failure) -> str | None:
     )
 
 
-def _nan_probe(obs: Observation, ask: runner.Ask) -> str | None:
+def _nan_probe(obs: Observation, ask: vocabulary.Ask) -> str | None:
     value = obs.value
     if not isinstance(value, torch.Tensor) or not bool(value.isnan().any()):
         return None
@@ -736,11 +736,11 @@ def _special(at: torch.Tensor, first: int) -> torch.Tensor:
     return torch.arange(at.shape[-1]) < first
 
 
-def _fill_probe(logits, ids, mask_id: int, first: int, k: int) -> runner.Probe:
+def _fill_probe(logits, ids, mask_id: int, first: int, k: int) -> vocabulary.Probe:
     """What the catalogue may miss: the right k tokens in another order; special tokens that
     win only where the ordinary tokens score below 0 (their scores set to 0 some other way)."""
 
-    def probe(obs: Observation, ask: runner.Ask) -> str | None:
+    def probe(obs: Observation, ask: vocabulary.Ask) -> str | None:
         got = obs.value
         if not isinstance(got, torch.Tensor) or got.dtype != torch.long or got.dim() != 2:
             return None

@@ -51,10 +51,10 @@ from torch import nn
 
 import encoder_lib
 
-from .. import runner
+from .. import runner, vocabulary
 from ..feedback import Mistake
 from ..kernel.observe import Call, Failure, Forbidden, Observation, deterministic_dropout
-from ..runner import (
+from ..vocabulary import (
     Ask,
     Case,
     ModuleSpec,
@@ -87,9 +87,11 @@ def _dtype_text(t: torch.Tensor) -> str:
 
 def _backpropagating(case: Case, grad: tuple[str, ...], seed: int, **fields: Any) -> Case:
     """``case`` with a random upstream (``randn`` with ``seed``, of the first argument's shape and
-    dtype) backpropagated into ``grad`` (``runner.backpropagating``)."""
+    dtype) backpropagated into ``grad`` (``vocabulary.backpropagating``)."""
     x = case.call.args[0]
-    return runner.backpropagating(case, randn(*x.shape, seed=seed).to(x.dtype), grad=grad, **fields)
+    return vocabulary.backpropagating(
+        case, randn(*x.shape, seed=seed).to(x.dtype), grad=grad, **fields
+    )
 
 
 def _module(cls: str, parameters, names_message: str, forbidden: Forbidden) -> ModuleSpec:

@@ -36,11 +36,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .. import runner
+from .. import runner, vocabulary
 from ..feedback import GradingError, Mistake
 from ..kernel import observe, observe_jax
 from ..kernel.observe import Call, Failure, Forbidden, Observation
-from ..runner import Case, ModuleSpec, close, mismatch, randn
+from ..vocabulary import Case, ModuleSpec, close, mismatch, randn
 
 __all__ = [
     "check_jax_dropout",
@@ -1459,7 +1459,7 @@ def _judge(state, batches, hyper) -> Callable[[Observation, Any], None]:
                         Mistake(
                             "mismatch",
                             f"at the {which} step, "
-                            + runner.mismatch(
+                            + vocabulary.mismatch(
                                 f"the gradient of the weights PyTorch calls {name}",
                                 grads.get(name),
                                 g,
@@ -1491,7 +1491,7 @@ def _judge(state, batches, hyper) -> Callable[[Observation, Any], None]:
                 Mistake(
                     "mismatch",
                     f"the loss and gradients are right, but after the {which} step "
-                    + runner.mismatch(
+                    + vocabulary.mismatch(
                         f"the weights PyTorch calls {name}",
                         _keep_key_bias(name, got["parameters"][name]),
                         _keep_key_bias(name, want["parameters"][name]),

@@ -64,11 +64,11 @@ from encoder_lib.encoder import EncoderLayer
 from encoder_lib.wordpiece import WordPieceTokenizer, normalize, split_words
 from encoder_lib.wordpiece import wordpiece as _wordpiece
 
-from .. import runner
+from .. import runner, vocabulary
 from ..feedback import Mistake
 from ..kernel import observe
 from ..kernel.observe import Call, Failure, Forbidden, Observation
-from ..runner import Case, ModuleSpec, backpropagating, keep_first, randn, reference_mode
+from ..vocabulary import Case, ModuleSpec, backpropagating, keep_first, randn, reference_mode
 
 __all__ = [
     "check_wordpiece",
@@ -302,7 +302,7 @@ def _pieces_probe(word: str, vocab: Mapping[str, int], unk: str, obs: Observatio
 
 
 def _first_difference(
-    expected: Callable[[], list], what: str, obs: Observation, ask: runner.Ask
+    expected: Callable[[], list], what: str, obs: Observation, ask: vocabulary.Ask
 ) -> Mistake | None:
     """The last probe of a list answer: where the tokens first differ from the reference's
     (the runner's generic comparison is for tensors)."""
@@ -340,7 +340,7 @@ def _list_precheck(name: str, unk: str | None, obs: Observation) -> str | None:
         )
     return Mistake(
         "not-a-list",
-        f"it returned {runner._describe(got)}: {name} returns a list of strings, {noun}.",
+        f"it returned {vocabulary.describe(got)}: {name} returns a list of strings, {noun}.",
     )
 
 
@@ -1129,7 +1129,7 @@ def _layer_probe(weights, prefix, heads, train, obs: Observation, ask) -> str | 
     expected = minilm.bert_layer_state(dict(weights), prefix)
     for name, want in expected.items():
         got = state.get(name)
-        if isinstance(got, torch.Tensor) and not runner.close(got, want, 0.0, 0.0):
+        if isinstance(got, torch.Tensor) and not vocabulary.close(got, want, 0.0, 0.0):
             return Mistake(
                 "wrong-tensor",
                 f"its {name} does not hold BERT's tensor for it (see the table above the "
@@ -1326,9 +1326,9 @@ def _pooling_case(
     h = randn(B, L, D, seed=seed) + 0.5
     h = torch.where(keep.unsqueeze(-1), h, randn(B, L, D, seed=seed + 1) * 3.0 - 2.0).to(dtype)
     padding = ~keep.unsqueeze(-1).expand(B, L, D)
-    leak = runner.Unchanged(
+    leak = vocabulary.Unchanged(
         Call("sentence_embedding", "sentence_embedding", (h, keep)),
-        (runner.redrawn(h, padding, seed + 2, 4.0), keep),
+        (vocabulary.redrawn(h, padding, seed + 2, 4.0), keep),
         Mistake(
             "padding-leaks",
             "changing the padding's vectors changes the result: only the real tokens (where "
@@ -1341,7 +1341,7 @@ def _pooling_case(
         got = obs.value
         if isinstance(got, torch.Tensor) and got.shape == (B, D) and got.is_floating_point():
             norms = got.double().norm(dim=-1)
-            if not runner.close(norms, torch.ones_like(norms), 1e-5, 1e-4):
+            if not vocabulary.close(norms, torch.ones_like(norms), 1e-5, 1e-4):
                 return Mistake(
                     "not-unit-length",
                     "the vectors it returns do not have length 1: divide each sentence's vector "
@@ -1530,12 +1530,12 @@ def _loss_case(
     return case
 
 
-def _tangent_grads(call: Call, obs: Observation, ask: runner.Ask) -> Mistake | None:
+def _tangent_grads(call: Call, obs: Observation, ask: vocabulary.Ask) -> Mistake | None:
     """The gradients of queries and documents, compared along the unit sphere only: an answer
     that normalises its unit inputs again (a cosine similarity) has the same values and other
     gradients in the direction of each vector, which the sentence vectors' own normalisation
     removes in training."""
-    want = runner.reference_grads(minilm.contrastive_loss, call)
+    want = vocabulary.reference_grads(minilm.contrastive_loss, call)
     for i, label in enumerate(("queries", "documents")):
         got, x = obs.grads.get(f"args[{i}]"), call.args[i]
         if got is None:
@@ -1548,7 +1548,7 @@ def _tangent_grads(call: Call, obs: Observation, ask: runner.Ask) -> Mistake | N
         def along(g: torch.Tensor, x: torch.Tensor = x) -> torch.Tensor:
             return g - (g * x).sum(-1, keepdim=True) * x
 
-        if not runner.close(along(got), along(want[f"args[{i}]"]), 1e-6, 1e-5):
+        if not vocabulary.close(along(got), along(want[f"args[{i}]"]), 1e-6, 1e-5):
             return Mistake(
                 "gradient-mismatch",
                 f"the gradient of {label} does not match the reference's (compared along the "

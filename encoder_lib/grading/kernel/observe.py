@@ -889,7 +889,7 @@ def arguments(
     call: Call, counted: list[_Counted] | None = None, trace: list[dict] | None = None
 ) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """``call``'s arguments as the code it calls receives them (``_materialise``): the student's
-    here, and the reference's in ``runner.reference_value`` and ``reference_grads``."""
+    here, and the reference's in ``vocabulary.reference_value`` and ``reference_grads``."""
     counted = [] if counted is None else counted
     args = _materialise(call.args, counted, trace)
     return args, {k: _materialise(v, counted, trace) for k, v in call.kwargs.items()}

@@ -21,7 +21,7 @@ from grading.engine.test_runner import WITNESSES, _notebook_01, _variant
 from test_catalogue import NOTEBOOKS, own_test_cell, run_test_cells
 
 from encoder_lib import grading
-from encoder_lib.grading import GradingError, runner
+from encoder_lib.grading import GradingError, runner, vocabulary
 from encoder_lib.grading.feedback import MISTAKE_ID, Hinted, Mistake
 
 STEP_IDS = {
@@ -61,7 +61,7 @@ def test_every_named_mistake_can_be_told_from_the_reference(test_cell):
         entries += [(m, v, grads[n]) for n, w in case.grad_mistakes.items() for m, v in w.items()]
         for mistake, value, right in entries:
             mid = mistake.id
-            differs[mid] = differs.get(mid, False) or not runner.close(value, right, atol, rtol)
+            differs[mid] = differs.get(mid, False) or not vocabulary.close(value, right, atol, rtol)
     never = {mid for mid, d in differs.items() if not d} - {
         mid for cell, mid in SEEN_ONLY_WITH_AN_ANSWER if cell == test_cell
     }

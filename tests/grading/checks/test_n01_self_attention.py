@@ -15,7 +15,7 @@ from grading.notebook_namespace import Check, SolutionNotebook, stub
 
 import encoder_lib
 from encoder_lib import grading
-from encoder_lib.grading import ForbiddenCallError, GradingError, runner
+from encoder_lib.grading import ForbiddenCallError, GradingError, runner, vocabulary
 from encoder_lib.grading.checks import n01_self_attention as checks
 
 # test cell grade_id -> (answer cell grade_id, name the answer defines, check)
@@ -212,6 +212,6 @@ def test_visible_cases_use_distinct_mistakes():
     for mask in (checks._pattern_mask(), checks._dead_row_mask()):
         right = checks._reference_weights(scores, mask)
         for description, wrong in checks._weight_mistakes(scores, mask).items():
-            assert not runner.close(wrong, right), description
+            assert not vocabulary.close(wrong, right), description
     for description, wrong in checks._scale_mistakes(query, key).items():
-        assert not runner.close(wrong, scores), description
+        assert not vocabulary.close(wrong, scores), description

@@ -17,7 +17,7 @@ from torch import nn
 
 import encoder_lib
 from encoder_lib import grading
-from encoder_lib.grading import ForbiddenCallError, GradingError, runner
+from encoder_lib.grading import ForbiddenCallError, GradingError, runner, vocabulary
 from encoder_lib.grading.checks import n02_multi_head_attention as checks
 
 # test cell grade_id -> (answer cell grade_id, the name the answer defines, its check)
@@ -289,7 +289,7 @@ def test_the_catalogues_right_answer_is_the_reference(train):
     _, D, H, tensors, mask = checks._inputs("cross_masked", 7)
     weights = checks._weights(D, 8)
     expected = checks._reference(weights, H, 0.5, torch.float64, train, *tensors, mask)
-    with runner.reference_mode():
+    with vocabulary.reference_mode():
         out, attention, _ = checks._attend(weights, H, *tensors, mask, p=0.5 if train else 0.0)
     torch.testing.assert_close(out, expected[0])
     torch.testing.assert_close(attention, expected[1])

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from grading.notebook_namespace import Check, SolutionNotebook, stub
 
 from encoder_lib import grading
-from encoder_lib.grading import ForbiddenCallError, GradingError, runner
+from encoder_lib.grading import ForbiddenCallError, GradingError, runner, vocabulary
 
 # test cell -> (answer cell, the name the answer defines, its check)
 CHECKS = {
@@ -198,12 +198,12 @@ def test_every_dropout_mistake_differs_from_the_reference(p):
     from encoder_lib.grading.checks import n04_feed_forward as ff
 
     weights = ff._weights(8, 12, seed=1)
-    x = runner.randn(3, 4, 8, seed=2)
+    x = vocabulary.randn(3, 4, 8, seed=2)
     for act in ("relu", "gelu"):
         ffn = ff._FFN(12, p, act, weights)
         right = ffn.reference(x, train=True)
         for description, wrong in ffn.mistakes(x, train=True).items():
-            same = runner.close(wrong, right)
+            same = vocabulary.close(wrong, right)
             assert same == (act == "relu" and "before the activation" in description), description
 
 

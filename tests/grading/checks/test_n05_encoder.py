@@ -19,7 +19,7 @@ from variants import Variant
 
 import encoder_lib
 from encoder_lib import grading
-from encoder_lib.grading import ForbiddenCallError, GradingError, runner, wire
+from encoder_lib.grading import ForbiddenCallError, GradingError, runner, vocabulary, wire
 from encoder_lib.grading.checks import n05_encoder
 from encoder_lib.grading.kernel import observe
 
@@ -110,8 +110,8 @@ def test_attention_dropout_is_deterministic_on_both_paths_of_the_given_attention
     F.scaled_dot_product_attention depending on need_weights: both are deterministic in student
     mode and agree, so a training-mode layer is comparable with the reference."""
     attention = encoder_lib.MultiHeadAttention(8, 2, dropout=0.3).double().train()
-    x = runner.randn(2, 5, 8, seed=1)
-    mask = runner.keep_first([5, 3], 5)
+    x = vocabulary.randn(2, 5, 8, seed=1)
+    mask = vocabulary.keep_first([5, 3], 5)
     with observe.student_mode("encoder_layer"):
         fused, _ = attention(x, x, x, mask, need_weights=False)
         again, _ = attention(x, x, x, mask, need_weights=False)

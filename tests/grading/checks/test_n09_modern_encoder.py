@@ -15,7 +15,7 @@ from grading.notebook_namespace import (
 )
 
 import encoder_lib
-from encoder_lib.grading import runner
+from encoder_lib.grading import vocabulary
 from encoder_lib.grading.checks import layer_cases, n09_modern_encoder
 
 CHECKS = {
@@ -67,7 +67,7 @@ def test_the_given_inits_load_the_library_s_weights():
     ours.load_state_dict(
         {name: state[theirs] for name, theirs in n09_modern_encoder._STATE.items()}
     )
-    x, mask = torch.randn(2, 9, 16), runner.keep_first([9, 7], 9)
+    x, mask = torch.randn(2, 9, 16), vocabulary.keep_first([9, 7], 9)
     torch.testing.assert_close(ours(x, mask), library(x, mask))
 
 
@@ -92,7 +92,9 @@ def test_the_layer_written_out_by_the_catalogue_is_the_reference(train):
             )
 
         right = layer_cases.catalogue(ref, train, {"": written_out})[""]
-        assert runner.close(right, case.expected, *runner.tolerance(case, case.expected)), case.what
+        assert vocabulary.close(right, case.expected, *vocabulary.tolerance(case, case.expected)), (
+            case.what
+        )
 
 
 def test_both_pairings_are_asked_for_in_the_visible_tests():

@@ -17,7 +17,7 @@ from torch import nn
 
 pytest.importorskip("flax.nnx")
 
-from encoder_lib.grading import runner
+from encoder_lib.grading import runner, vocabulary
 from encoder_lib.grading.checks import n10_jax_encoder
 from encoder_lib.grading.kernel import observe_jax
 from encoder_lib.grading.kernel.observe import Observation
@@ -156,7 +156,7 @@ def test_every_named_mistake_can_be_told_from_the_reference():
                 _recorded(case)
             want = runner._resolve(case.expected)
             for text, value in (runner._resolve(case.mistakes) or {}).items():
-                differs = not runner.close(value, want, case.atol, case.rtol)
+                differs = not vocabulary.close(value, want, case.atol, case.rtol)
                 seen[text] = seen.get(text, False) or differs
         assert all(seen.values()), [text for text, differs in seen.items() if not differs]
 

@@ -15,7 +15,7 @@ from variants import Variant
 
 import encoder_lib
 from encoder_lib import minilm
-from encoder_lib.grading import ForbiddenCallError, GradingError, runner
+from encoder_lib.grading import ForbiddenCallError, GradingError, vocabulary
 from encoder_lib.grading.checks import n11_real_encoder
 from encoder_lib.wordpiece import normalize, split_words, wordpiece
 
@@ -101,7 +101,7 @@ def test_the_reference_layer_is_the_library_s():
     ours = R._bert_layer(weights, "encoder.layer.1.", 2)
     for name, tensor in model.encoder.layers[1].state_dict().items():
         assert torch.equal(ours.state_dict()[name], tensor), name
-    x, keep = torch.randn(2, 4, 8) * 0.1, runner.keep_first([4, 2], 4)
+    x, keep = torch.randn(2, 4, 8) * 0.1, vocabulary.keep_first([4, 2], 4)
     torch.testing.assert_close(ours.eval()(x, keep), model.encoder.layers[1].eval()(x, keep))
 
 

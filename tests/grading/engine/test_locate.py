@@ -19,7 +19,7 @@ import torch
 from test_catalogue import NOTEBOOKS, own_test_cell
 from variants import Variant
 
-from encoder_lib.grading import runner
+from encoder_lib.grading import runner, vocabulary
 from encoder_lib.grading.kernel import observe
 
 LOCALISED = {
@@ -177,18 +177,18 @@ def test_a_sub_module_used_for_another_s_place_is_named():
     assert "self.norm2 is never called, while self.norm1 is called twice" in str(bare)
 
 
-def _layer_case() -> runner.Case:
+def _layer_case() -> vocabulary.Case:
     exercise = runner.EXERCISES[own_test_cell(_LAYER, "encoder_layer")]
     return next(iter(exercise.cases(False)))
 
 
-def _wrong_layer() -> runner.Ask:
+def _wrong_layer() -> vocabulary.Ask:
     """An Ask on notebook 05 whose EncoderLayer has no residual connections."""
     wrong = next(v for v in _LAYER.buggy if v.name == "layer_no_residual").source
     return runner.local(_LAYER.namespace({"encoder_layer": wrong}))
 
 
-def _forging(ask: runner.Ask, record) -> runner.Ask:
+def _forging(ask: vocabulary.Ask, record) -> vocabulary.Ask:
     """``ask``, except that a traced call's record of the sub-modules is replaced by ``record``
     (what a tampered kernel could send back)."""
 

@@ -14,7 +14,7 @@ from test_catalogue import NOTEBOOKS, own_test_cell, run_test_cells
 from variants import Variant
 
 from encoder_lib import grading
-from encoder_lib.grading import GradingError, runner
+from encoder_lib.grading import GradingError, runner, vocabulary
 from encoder_lib.grading.kernel import observe
 
 # step -> answers it alone gets right: (assignment, variant name). "subclass:<cell>" is the
@@ -229,11 +229,11 @@ def _by_hand(fn, args, upstream):
 
 
 def test_a_case_derives_its_expected_value_and_gradients_from_the_reference():
-    x, w = runner.randn(2, 3, seed=1), runner.randn(3, seed=2)
-    upstream = runner.randn(2, 3, seed=3)
+    x, w = vocabulary.randn(2, 3, seed=1), vocabulary.randn(3, seed=2)
+    upstream = vocabulary.randn(2, 3, seed=3)
     fn = lambda x, w: torch.tanh(x) * w  # noqa: E731
-    call = runner.Call("f", "f", (x, w), grad=("args[1]", "args[0]"), upstream=(upstream,))
-    case = runner.Case(call, "f(x, w)", reference=fn)
+    call = observe.Call("f", "f", (x, w), grad=("args[1]", "args[0]"), upstream=(upstream,))
+    case = vocabulary.Case(call, "f(x, w)", reference=fn)
     assert torch.equal(case.expected, fn(x, w))
     grad_x, grad_w = _by_hand(fn, (x, w), upstream)
     assert list(case.grads) == ["args[1]", "args[0]"]  # the order the call asks them in
@@ -243,19 +243,21 @@ def test_a_case_derives_its_expected_value_and_gradients_from_the_reference():
 
 
 def test_a_given_expected_value_is_kept_and_no_gradient_is_asked_without_upstream():
-    x = runner.randn(4, seed=4)
-    case = runner.Case(runner.Call("f", "f", (x,)), "f(x)", expected=x * 2, reference=torch.sin)
+    x = vocabulary.randn(4, seed=4)
+    case = vocabulary.Case(
+        observe.Call("f", "f", (x,)), "f(x)", expected=x * 2, reference=torch.sin
+    )
     assert torch.equal(case.expected, x * 2) and case.grads is None
 
 
 def test_what_an_exercise_says_once_reaches_every_case_that_does_not_say_otherwise():
-    x = runner.randn(3, seed=9)
+    x = vocabulary.randn(3, seed=9)
 
     def cases(thorough: bool):
-        yield runner.Case(runner.Call("f", "f", (x,)), "f(x)")
-        yield runner.Case(runner.Call("f", "f", (x,)), "f(x) again", slots=("its own slot",))
+        yield vocabulary.Case(observe.Call("f", "f", (x,)), "f(x)")
+        yield vocabulary.Case(observe.Call("f", "f", (x,)), "f(x) again", slots=("its own slot",))
 
-    shared = runner.with_case_fields(
+    shared = vocabulary.with_case_fields(
         cases, slots=("the output",), letters=("(L,)",), reference=torch.sin
     )
     plain, own = shared(True)
@@ -264,22 +266,22 @@ def test_what_an_exercise_says_once_reaches_every_case_that_does_not_say_otherwi
     assert torch.equal(plain.expected, torch.sin(x))  # derived once the reference is known
     assert shared.__module__ == cases.__module__  # the exercise's topic is still its module
     with pytest.raises(TypeError, match="slot"):
-        runner.with_case_fields(cases, slot=("misspelt",))
+        vocabulary.with_case_fields(cases, slot=("misspelt",))
 
 
 def test_a_tensor_passed_twice_gets_the_gradient_of_both_uses_as_the_student_code_does():
-    x, upstream = runner.randn(3, 2, seed=5), runner.randn(3, 3, seed=6)
-    call = runner.Call("f", "f", (x, x), grad=("args[0]",), upstream=(upstream,))
-    case = runner.Case(call, "f(x, x)", reference=lambda q, k: q @ k.T)
+    x, upstream = vocabulary.randn(3, 2, seed=5), vocabulary.randn(3, 3, seed=6)
+    call = observe.Call("f", "f", (x, x), grad=("args[0]",), upstream=(upstream,))
+    case = vocabulary.Case(call, "f(x, x)", reference=lambda q, k: q @ k.T)
     (want,) = _by_hand(lambda a: a @ a.T, (x,), upstream)
     assert torch.allclose(case.grads["args[0]"], want, atol=1e-12, rtol=0)
 
 
 def test_a_module_reference_gives_its_parameters_gradients_by_the_observed_names():
     layer = torch.nn.Linear(3, 2).double()
-    x, upstream = runner.randn(4, 3, seed=7), runner.randn(4, 2, seed=8)
-    call = runner.Call("L", "L", (x,), grad=("args[0]", "parameters"), upstream=(upstream,))
-    grads = runner.reference_grads(layer, call)
+    x, upstream = vocabulary.randn(4, 3, seed=7), vocabulary.randn(4, 2, seed=8)
+    call = observe.Call("L", "L", (x,), grad=("args[0]", "parameters"), upstream=(upstream,))
+    grads = vocabulary.reference_grads(layer, call)
     assert list(grads) == ["args[0]", "parameters.weight", "parameters.bias"]
     assert torch.allclose(grads["parameters.weight"], upstream.T @ x, atol=1e-12, rtol=0)
     assert torch.allclose(grads["parameters.bias"], upstream.sum(0), atol=1e-12, rtol=0)
@@ -290,12 +292,12 @@ def test_a_module_reference_gives_its_parameters_gradients_by_the_observed_names
 def test_the_reference_runs_with_the_call_seed_and_deterministic_dropout_as_student_code_does():
     x = torch.ones(1000, dtype=torch.float64)
     noisy = lambda t: t + torch.rand_like(t)  # noqa: E731
-    first = runner.reference_value(noisy, runner.Call("f", "f", (x,), seed=1))
-    again = runner.reference_value(noisy, runner.Call("f", "f", (x,), seed=1))
-    other = runner.reference_value(noisy, runner.Call("f", "f", (x,), seed=2))
+    first = vocabulary.reference_value(noisy, observe.Call("f", "f", (x,), seed=1))
+    again = vocabulary.reference_value(noisy, observe.Call("f", "f", (x,), seed=1))
+    other = vocabulary.reference_value(noisy, observe.Call("f", "f", (x,), seed=2))
     assert torch.equal(first, again) and not torch.equal(first, other)
-    dropped = runner.reference_value(
-        lambda t: torch.nn.functional.dropout(t, 0.5), runner.Call("f", "f", (x,), seed=1)
+    dropped = vocabulary.reference_value(
+        lambda t: torch.nn.functional.dropout(t, 0.5), observe.Call("f", "f", (x,), seed=1)
     )
     assert torch.equal(dropped, observe.deterministic_dropout(x, 0.5, True))
 
@@ -315,41 +317,41 @@ def _asked(answer):
 
 
 def test_unchanged_names_its_mistake_only_where_the_output_changes():
-    x = runner.randn(2, 4, 3, seed=9)
-    call = runner.Call("f", "f", (x,))
-    last = runner.redrawn(x, (slice(None), -1), seed=10)
+    x = vocabulary.randn(2, 4, 3, seed=9)
+    call = observe.Call("f", "f", (x,))
+    last = vocabulary.redrawn(x, (slice(None), -1), seed=10)
     assert torch.equal(last[:, :-1], x[:, :-1]) and not torch.equal(last[:, -1], x[:, -1])
     causal = lambda t: t.cumsum(dim=1)  # noqa: E731  (position i sees positions <= i)
     mixing = lambda t: t + t.mean(dim=1, keepdim=True)  # noqa: E731  (every position sees all)
     before_last = (slice(None), slice(None, -1))
-    probe = runner.Unchanged(call, (last,), "sees the future", before_last)
+    probe = vocabulary.Unchanged(call, (last,), "sees the future", before_last)
     for answer, said in ((causal, None), (mixing, "sees the future")):
         ask, calls = _asked(answer)
         assert probe(observe.Observation(value=answer(x)), ask) == said
         assert [c.args[0] is last for c in calls] == [True]
-    everywhere = runner.Unchanged(call, (last,), "changed")  # the last position changes too
+    everywhere = vocabulary.Unchanged(call, (last,), "changed")  # the last position changes too
     ask, _ = _asked(causal)
     assert everywhere(observe.Observation(value=causal(x)), ask) == "changed"
 
 
 def test_unchanged_compares_the_first_of_a_pair_and_asks_nothing_when_off():
-    x = runner.randn(3, 2, seed=11)
-    call = runner.Call("f", "f", (x,))
+    x = vocabulary.randn(3, 2, seed=11)
+    call = observe.Call("f", "f", (x,))
     pair = lambda t: (t.cumsum(dim=0), t)  # noqa: E731
-    other = runner.redrawn(x, -1, seed=12)
+    other = vocabulary.redrawn(x, -1, seed=12)
     ask, calls = _asked(pair)
     assert (
-        runner.Unchanged(call, (other,), "leak", slice(0, -1))(
+        vocabulary.Unchanged(call, (other,), "leak", slice(0, -1))(
             observe.Observation(value=pair(x)), ask
         )
         is None
     )
-    off = runner.Unchanged(call, (other,), "leak", when=False)
+    off = vocabulary.Unchanged(call, (other,), "leak", when=False)
     ask, calls = _asked(pair)
     assert off(observe.Observation(value=pair(x)), ask) is None and calls == []
 
 
-def _judged(case: runner.Case, value, info=None) -> str | None:
+def _judged(case: vocabulary.Case, value, info=None) -> str | None:
     """What ``runner.judge`` says of ``value`` as the observation of ``case`` (None: right)."""
     try:
         runner.judge(case, observe.Observation(value=value, info=info or {}), _asked(None)[0])
@@ -359,8 +361,8 @@ def _judged(case: runner.Case, value, info=None) -> str | None:
 
 
 def test_any_float_compares_in_the_answers_own_dtype_and_still_names_a_wrong_one():
-    x = runner.randn(5, seed=11)
-    case = runner.Case(runner.Call("f", "f", (x,)), "f(x)", reference=torch.sin, atol=1e-4)
+    x = vocabulary.randn(5, seed=11)
+    case = vocabulary.Case(observe.Call("f", "f", (x,)), "f(x)", reference=torch.sin, atol=1e-4)
     assert "dtype" in _judged(case, torch.sin(x).float())  # the exercise fixes the dtype
     case.any_float = True
     assert _judged(case, torch.sin(x).float()) is None
@@ -370,22 +372,24 @@ def test_any_float_compares_in_the_answers_own_dtype_and_still_names_a_wrong_one
 
 
 def test_before_runs_its_probes_and_judges_its_parts_ahead_of_the_output_in_order():
-    x = runner.randn(4, seed=12)
+    x = vocabulary.randn(4, seed=12)
     seen: list[str] = []
 
     def probe(obs, ask):
         seen.append("probe")
         return "the recorded run is wrong" if obs.info.get("bad_run") else None
 
-    part = runner.Part(
+    part = vocabulary.Intermediate(
         lambda obs: observe.Observation(value=obs.info["inner"]),
         lambda obs: (
             seen.append("part")
-            or runner.Case(runner.Call("g", "g", (x,)), "g(x)", expected=x * 2, slots=("inner",))
+            or vocabulary.Case(
+                observe.Call("g", "g", (x,)), "g(x)", expected=x * 2, slots=("inner",)
+            )
         ),
     )
-    call = runner.Call("f", "f", (x,))
-    case = runner.Case(call, "f(x)", expected=x * 3, slots=("outer",), before=(probe, part))
+    call = observe.Call("f", "f", (x,))
+    case = vocabulary.Case(call, "f(x)", expected=x * 3, slots=("outer",), before=(probe, part))
     assert _judged(case, x * 3, {"inner": x * 2}) is None and seen == ["probe", "part"]
     said = _judged(case, x * 3, {"inner": x * 2, "bad_run": True})
     assert said == "the recorded run is wrong" and seen[-1] == "probe"  # the part not reached
