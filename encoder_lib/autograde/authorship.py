@@ -125,5 +125,4 @@ def refusal(exercise: runner.Exercise, own: Sequence[Breach], earlier: Sequence[
     else:
         template = OWN_EVASION if own else EARLIER_EVASION
         error = GradingError(template.format(rule=first.rule, **fields), mistake=first.mistake)
-    error.exercise = exercise.title
-    return error
+    return error.replaced(exercise=exercise.title)

@@ -256,6 +256,7 @@ def _verdict(exercise: runner.Exercise, error: GradingError | None = None) -> re
         root=error.root,
         root_title=error.root_title,
         message=error.problem,
+        parts=error.parts,
     )
 
 
@@ -274,31 +275,23 @@ def _kernel_verdict(cell, log) -> records.Verdict:
     return records.Verdict(name, name, passed=False, message=message)
 
 
-def _wording(template: str) -> re.Pattern[str]:
-    """A pattern matching ``template`` (a runner wording with ``{name}`` fields)."""
-    first, *rest = re.escape(template).split(re.escape("{name}"))
-    fields = [r"(?P<name>\S+?)"] + [r"(?P=name)"] * (len(rest) - 1)
-    return re.compile(first + "".join(f + part for f, part in zip(fields, rest, strict=True)))
-
-
-_IN_THE_NOTEBOOK = {
-    NOT_WRITTEN: _wording(runner.NOT_WRITTEN),
-    CALLS_STUB: _wording(runner.CALLS_STUB),
-}
-
-
 def for_report(error: GradingError) -> GradingError:
-    """``error`` as a returned report says it: an unfinished exercise's message tells the
-    student what was missing instead of which cells to run, and no ``grading.hint()`` is offered
-    (there is no kernel to run it in)."""
-    error.hint = None
-    if isinstance(error, NotWrittenYet):
-        for wording, pattern in _IN_THE_NOTEBOOK.items():
-            match = pattern.fullmatch(error.problem)
-            if match:
-                error.problem = wording.format(name=match["name"])
-                break
-    return error
+    """``error`` as a returned report says it (a new error; ``error`` is not changed): an
+    unfinished exercise's message tells the student what was missing instead of which cells to
+    run, and no ``grading.hint()`` is offered (there is no kernel to run it in).
+
+    Which wording: the error's mistake and root say whose code is unfinished. ``not-written``
+    with no root is the exercise's own (``runner.NOT_WRITTEN``); ``calls-unwritten``, or
+    ``not-written`` rooted at an earlier exercise (the runner's trace), is a function it calls
+    (``runner.CALLS_STUB``). The function's name comes from ``error.parts``."""
+    name = error.parts.get("name")
+    if not isinstance(error, NotWrittenYet) or name is None:
+        return error.replaced(hint=None)
+    if error.mistake == "not-written" and error.root is None:
+        return error.replaced(hint=None, problem=NOT_WRITTEN.format(name=name))
+    if error.mistake in ("not-written", "calls-unwritten"):
+        return error.replaced(hint=None, problem=CALLS_STUB.format(name=name))
+    return error.replaced(hint=None)
 
 
 @contextlib.contextmanager

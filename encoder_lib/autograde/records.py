@@ -20,9 +20,11 @@ A record says, for one student, assignment and test cell::
 
 ``mistake`` is the stable id of the mistake (``encoder_lib.grading.feedback.Mistake``, or a
 generic step's id, ``runner.STEP_MISTAKES``); ``root`` the test cell of the earlier exercise
-where the mistake lives when the failure comes from there (a cascade), else null. A test cell
-that no registered exercise judges (it ran in the kernel) gets a record too, with its exercise
-named after the cell and, when it fails, no mistake id and the error as its message.
+where the mistake lives when the failure comes from there (a cascade), else null; ``parts`` the
+values filled into the message's wording (``{"name": "layer_norm"}`` for a function not written),
+kept only when the wording has some. A test cell that no registered exercise judges (it ran
+in the kernel) gets a record too, with its exercise named after the cell and, when it fails, no
+mistake id and the error as its message.
 
 nbconvert's ``ClearMetadataPreprocessor`` (off in this course's configuration) would remove the
 records: whoever switches it on keeps them with
@@ -33,7 +35,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 __all__ = ["KEY", "SCHEMA", "RecordError", "Verdict", "read_notebook", "store"]
@@ -64,9 +66,17 @@ class Verdict:
     root_title: str | None = None
     message: str | None = None
     """What the student was told (None when passed)."""
+    parts: dict[str, str] = field(default_factory=dict, hash=False)
+    """The values filled into the message's wording (``GradingError.parts``: the function not
+    written, the built-in called...), so that a reader needs not parse ``message``; empty when
+    the wording has none (and in records kept before parts were)."""
 
     def to_json(self) -> dict:
-        return {"schema": SCHEMA, **asdict(self)}
+        """The record as JSON; ``parts`` only when the wording has some."""
+        data = {"schema": SCHEMA, **asdict(self)}
+        if not self.parts:
+            del data["parts"]
+        return data
 
     @classmethod
     def from_json(cls, data: object) -> Verdict:
@@ -89,7 +99,12 @@ class Verdict:
                 raise RecordError(f"the record has no {name!r}")
             if not isinstance(data[name], kind):
                 raise RecordError(f"the record's {name!r} is {data[name]!r}")
-        return cls(**{name: data[name] for name in fields})
+        parts = data.get("parts", {})
+        if not isinstance(parts, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in parts.items()
+        ):
+            raise RecordError(f"the record's 'parts' is {parts!r}")
+        return cls(**{name: data[name] for name in fields}, parts=dict(parts))
 
 
 def store(cell, verdict: Verdict) -> None:

@@ -161,6 +161,17 @@ class GradingError(AssertionError):
         self.root_title = root_title
         self.parts = dict(parts or {})
 
+    def replaced(self, **changes: object) -> GradingError:
+        """A new error of the same kind with ``changes`` (``problem=...``, ``hint=None``...) in
+        place of this one's fields, and its other attributes kept; this one is not changed."""
+        unknown = sorted(set(changes) - set(_FIELDS))
+        if unknown:
+            raise TypeError(f"a GradingError has no field {unknown[0]!r}; its fields: {_FIELDS}")
+        fields = {name: getattr(self, name) for name in _FIELDS}
+        new = type(self)(**{**fields, **changes})  # type: ignore[arg-type]
+        new.__dict__.update({k: v for k, v in vars(self).items() if k not in fields})
+        return new
+
     def located(self, exercise: str | None = None, tried: str | None = None) -> GradingError:
         """The same error with ``exercise`` and ``tried`` filled in where they were missing."""
         self.exercise = self.exercise or exercise
@@ -192,6 +203,10 @@ class GradingError(AssertionError):
         if _full[0]:
             return "".join(traceback.format_exception(self)).splitlines()
         return self.lines(colour=True)
+
+
+_FIELDS = tuple("problem tried exercise where hint mistake root root_title parts".split())
+"""``GradingError``'s constructor arguments, each kept as the attribute of the same name."""
 
 
 class ForbiddenCallError(GradingError):

@@ -9,10 +9,10 @@ import sys
 import pytest
 from traitlets.utils.importstring import import_item
 
-from encoder_lib.autograde import distributed
+from encoder_lib.autograde import distributed, records
 from encoder_lib.autograde.judge_execute import for_report
 from encoder_lib.grading import runner
-from encoder_lib.grading.feedback import GradingError, NotWrittenYet
+from encoder_lib.grading.feedback import GradingError, Hinted, NotWrittenYet
 from tools.build_course import ROOT
 
 LOAD_CONFIG = (
@@ -37,29 +37,68 @@ def test_nbgrader_config_loads_without_importing_torch():
     assert "nbgrader.preprocessors.OverwriteCells" not in out
 
 
+def _unfinished(wording: str, name: str, mistake: str, root: str | None = None) -> NotWrittenYet:
+    """A not-written error as the runner raises it: its wording filled with ``name``."""
+    problem = wording.format(name=name)
+    return NotWrittenYet(problem, mistake=mistake, root=root, parts={"name": name})
+
+
 @pytest.mark.parametrize(
-    ("in_the_notebook", "in_the_report"),
+    ("error", "in_the_report"),
     [
         (
-            runner.NOT_WRITTEN.format(name="layer_norm"),
+            _unfinished(runner.NOT_WRITTEN, "layer_norm", "not-written"),
             "layer_norm was not written: the submitted notebook still has the `raise "
             "NotImplementedError()` it was given, so this test earns no points.",
         ),
         (
-            runner.CALLS_STUB.format(name="LayerNorm.forward"),
+            _unfinished(runner.CALLS_STUB, "LayerNorm.forward", "calls-unwritten"),
             "it calls LayerNorm.forward, which was not written (the submitted notebook still "
             "raises NotImplementedError() there), so this test earns no points.",
         ),
+        (  # the runner's trace names the earlier exercise that is not written as the root
+            _unfinished(runner.CALLS_STUB, "layer_norm", "not-written", root="test_layer_norm"),
+            "it calls layer_norm, which was not written (the submitted notebook still raises "
+            "NotImplementedError() there), so this test earns no points.",
+        ),
     ],
 )
-def test_an_unfinished_exercise_is_reported_without_run_this_cell(in_the_notebook, in_the_report):
+def test_an_unfinished_exercise_is_reported_without_run_this_cell(error, in_the_report):
+    in_the_notebook = error.problem
     assert "run its cell" in in_the_notebook  # what the notebook's own check says
-    assert for_report(NotWrittenYet(in_the_notebook)).problem == in_the_report
+    reported = for_report(error)
+    assert reported.problem == in_the_report
+    assert type(reported) is NotWrittenYet
+    assert (reported.mistake, reported.root, reported.parts) == (
+        error.mistake,
+        error.root,
+        error.parts,
+    )
+    assert error.problem == in_the_notebook  # a new error: the notebook's one is unchanged
 
 
 def test_other_messages_are_reported_as_the_notebook_shows_them():
     problem = "it uses the unbiased variance, dividing by D - 1."
-    assert for_report(GradingError(problem)).problem == problem
+    error = GradingError(Hinted(problem, "a hint"), "f(x)", "Exercise 1", mistake="unbiased")
+    error.observation = "what the kernel answered"
+    reported = for_report(error)
+    assert (reported.problem, reported.hint, error.hint) == (problem, None, "a hint")
+    assert (reported.tried, reported.exercise, reported.mistake) == (
+        "f(x)",
+        "Exercise 1",
+        "unbiased",
+    )
+    assert reported.observation == "what the kernel answered"
+
+
+def test_a_verdict_keeps_the_parts_of_its_wording():
+    error = _unfinished(runner.NOT_WRITTEN, "layer_norm", "not-written")
+    verdict = records.Verdict("layer_norm", "Exercise 1 · layer_norm", False, parts=error.parts)
+    assert verdict.to_json()["parts"] == {"name": "layer_norm"}
+    assert records.Verdict.from_json(verdict.to_json()) == verdict
+    passed = records.Verdict("layer_norm", "Exercise 1 · layer_norm", True)
+    assert "parts" not in passed.to_json()  # records without parts read as before
+    assert records.Verdict.from_json(passed.to_json()) == passed
 
 
 def test_summary_gives_one_total_and_says_what_the_grading_part_is():
