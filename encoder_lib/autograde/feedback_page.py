@@ -11,7 +11,8 @@ which every current browser draws by itself, removes the scripts that would be f
 network, and adds a style sheet that wraps output lines inside the page and spaces the columns
 of markdown tables; ``name_test_cells``
 then lists each test cell in the page's contents by its exercise ("Exercise 2 · LayerNorm")
-rather than nbgrader's "Test cell" for all of them. Wire it with
+rather than nbgrader's "Test cell" for all of them, the title read from the verdict autograde
+kept in the cell's metadata (``records``). Wire it with
 ``c.GenerateFeedback.exporter_class`` (see nbgrader_config.py). Nothing here reads files of the
 repository: any machine with encoder_lib, nbconvert and latex2mathml installed can use it.
 """
@@ -26,12 +27,15 @@ from jinja2 import BytecodeCache
 from latex2mathml.converter import convert
 from nbconvert.exporters import HTMLExporter
 
+from encoder_lib.autograde import records
+
 __all__ = [
     "TABLE_CSS",
     "WRAP_CSS",
     "OfflineFeedbackExporter",
     "name_test_cells",
     "offline_html",
+    "exercise_titles",
     "tex_to_mathml",
 ]
 
@@ -149,17 +153,26 @@ def _make_offline(soup: BeautifulSoup) -> None:
     (soup.head or soup).append(style)
 
 
-def name_test_cells(soup: BeautifulSoup, titles: Mapping[str, str] | None = None) -> None:
+def exercise_titles(nb) -> dict[str, str]:
+    """grade_id -> its exercise's title, for every test cell of the autograded notebook ``nb``
+    whose verdict (``records``, in the cell's metadata) has one. A test cell that no exercise
+    judges is titled by its own grade_id in its record: that says nothing more than the link,
+    and is left out."""
+    titles: dict[str, str] = {}
+    for cell in nb.get("cells", []):
+        grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        verdict = cell.get("metadata", {}).get(records.KEY, {}).get("verdict", {})
+        title = verdict.get("title") if isinstance(verdict, dict) else None
+        if grade_id and isinstance(title, str) and title not in ("", grade_id):
+            titles[grade_id] = title
+    return titles
+
+
+def name_test_cells(soup: BeautifulSoup, titles: Mapping[str, str]) -> None:
     """Give each "Test cell" entry of the contents list (nbgrader's ``#toc``, one link per graded
     cell, to ``#<grade_id>``) the title of its exercise; ``titles`` maps grade_ids to titles
-    (default: every registered exercise's, ``encoder_lib.grading.EXERCISES``)."""
+    (``exercise_titles``). An entry with no title keeps nbgrader's "Test cell"."""
     links = [a for a in soup.select("#toc a[href^='#']") if a.get_text(strip=True) == "Test cell"]
-    if not links:
-        return
-    if titles is None:
-        from encoder_lib.grading.runner import EXERCISES  # imports torch: only when needed
-
-        titles = {grade_id: exercise.title for grade_id, exercise in EXERCISES.items()}
     for link in links:
         title = titles.get(link["href"][1:])
         if title:
@@ -189,8 +202,8 @@ _COMPILED = _CompiledTemplates()
 
 class OfflineFeedbackExporter(HTMLExporter):
     """nbconvert's HTMLExporter (with nbgrader's feedback template, as nbgrader configures it)
-    followed by ``offline_html`` and ``name_test_cells``; its templates are compiled once per
-    process."""
+    followed by ``offline_html`` and ``name_test_cells`` (with the notebook's own titles); its
+    templates are compiled once per process."""
 
     def _create_environment(self):
         environment = super()._create_environment()
@@ -199,4 +212,5 @@ class OfflineFeedbackExporter(HTMLExporter):
 
     def from_notebook_node(self, nb, resources=None, **kw):
         html, resources = super().from_notebook_node(nb, resources, **kw)
-        return _edited(html, _make_offline, name_test_cells), resources
+        titles = exercise_titles(nb)
+        return _edited(html, _make_offline, lambda soup: name_test_cells(soup, titles)), resources

@@ -6,13 +6,17 @@ The page in a real browser (network blocked) is checked in tests/ui/test_feedbac
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 
 import nbformat
 from bs4 import BeautifulSoup
 
+from encoder_lib.autograde import records
 from encoder_lib.autograde.feedback_page import (
     WRAP_CSS,
     OfflineFeedbackExporter,
+    exercise_titles,
     name_test_cells,
     offline_html,
     tex_to_mathml,
@@ -114,15 +118,47 @@ TOC = """<div id="toc"><ol>
 </ol></div>"""
 
 
+def _test_cell(grade_id: str, title: str | None) -> nbformat.NotebookNode:
+    cell = nbformat.v4.new_code_cell("check()")
+    cell.metadata["nbgrader"] = {"grade": True, "grade_id": grade_id, "points": 1}
+    if title is not None:
+        verdict = records.Verdict(grade_id.removeprefix("test_"), title, passed=True)
+        records.store(cell, verdict)
+    return cell
+
+
 def test_contents_list_names_each_test_after_its_exercise():
+    """The titles come from the verdicts autograde kept in the notebook (``records``)."""
+    nb = nbformat.v4.new_notebook(
+        cells=[
+            _test_cell("test_layer_norm", "Exercise 1 · layer_norm"),
+            _test_cell("test_not_registered", "test_not_registered"),  # run by the kernel
+            _test_cell("test_no_record", None),  # graded before records existed
+        ]
+    )
+    titles = exercise_titles(nb)
+    assert titles == {"test_layer_norm": "Exercise 1 · layer_norm"}
     soup = _soup(TOC)
-    name_test_cells(soup)
+    name_test_cells(soup, titles)
     entries = [li.get_text(" ", strip=True) for li in soup.select("#toc li")]
     assert entries == [
-        "Exercise 1 · layer_norm (Score: 0.0 / 2.0)",  # encoder_lib.grading.EXERCISES' title
-        "Test cell (Score: 1.0 / 1.0)",  # a cell no exercise registers keeps nbgrader's word
+        "Exercise 1 · layer_norm (Score: 0.0 / 2.0)",
+        "Test cell (Score: 1.0 / 1.0)",  # a cell no exercise judges keeps nbgrader's word
         "Written response (Score: 1.0 / 1.0)",
     ]
     soup = _soup(TOC)
     name_test_cells(soup, {"test_not_registered": "Exercise 9 · mine"})
     assert "Exercise 9 · mine" in soup.select("#toc li")[1].get_text()
+
+
+def test_the_page_does_not_import_the_grader():
+    """The feedback page reads the notebook, not the exercises: no torch-heavy grader import."""
+    code = (
+        "import sys, nbformat\n"
+        "from encoder_lib.autograde.feedback_page import OfflineFeedbackExporter\n"
+        "nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell('1')])\n"
+        "OfflineFeedbackExporter(template_name='classic').from_notebook_node(nb)\n"
+        "print(sorted(m for m in sys.modules if m.startswith('encoder_lib.grading')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
