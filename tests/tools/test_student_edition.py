@@ -68,7 +68,7 @@ def test_the_leak_scan_finds_an_answer_put_back(edition, tmp_path):
     (copy / "encoder_lib" / "extra.py").write_text(f"{test}\n")
     (copy / "solutions").mkdir()
     (copy / "solutions" / "notes.txt").write_text("")
-    (copy / "tools" / "grade.py").write_text("")
+    (copy / "tools" / "verdict_snapshot.py").write_text("")
     found = "\n".join(se.leaks(copy))
     assert f"solution line {answer!r}" in found
     assert "nbgrader marker '### BEGIN HIDDEN TESTS'" in found
