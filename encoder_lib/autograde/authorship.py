@@ -36,8 +36,8 @@ from nbgrader.utils import is_grade, is_solution
 
 from encoder_lib.grading import runner
 from encoder_lib.grading.feedback import ForbiddenCallError, GradingError
-from encoder_lib.grading.kernel.observe import rules
-from encoder_lib.grading.source_rules import (
+from encoder_lib.grading.kernel.forbidden import rules
+from encoder_lib.grading.kernel.source_rules import (
     BUILTINS,
     DUNDERS,
     EVASIONS,

@@ -7,16 +7,15 @@ check, ``hint()`` prints a more concrete hint for it, where the message has one.
 
 How it is built: each exercise is data (``runner.Exercise``: how to call the student's object,
 its cases, written with ``vocabulary``, the reference, the catalogue of named mistakes, the
-built-ins it forbids) and one runner judges them all (``runner.py``). The student's code runs in ``observe.py``, which only
-records what happened; the judging never happens where a student could reach it at autograde:
-``encoder_lib.autograde.judge`` sends the same calls into the student's kernel and judges what
-comes back in nbgrader's own process.
+built-ins it forbids) and one runner judges them all (``runner.py``). The student's code runs in
+``observe.py``, which only records what happened; the judging never happens where a student
+could reach it at autograde: ``encoder_lib.autograde.kernel_ask`` sends the same calls into the
+student's kernel and judges what comes back in nbgrader's own process.
 """
 
-from . import checks
+from . import checks, restart_hints
 from .checks import *  # noqa: F403  every check_* function, from its notebook's module
 from .feedback import ForbiddenCallError, GradingError, NotWrittenYet, hint, show_full_tracebacks
-from .kernel import restart_hints
 from .runner import EXERCISES
 
 # Every test cell's first line imports this package: its NameErrors say what to run even when

@@ -47,7 +47,6 @@ LOCATED = {
 INPUT_WORDS = ("x", "input", "h", "hidden", "src", "tgt", "token_ids")
 """Parameter names a message calls "its input"."""
 
-Ask = Callable[[Call], Observation]
 Same = Callable[[torch.Tensor, torch.Tensor], bool]
 
 
@@ -75,10 +74,17 @@ class Locate:
 
 
 def explain(
-    locate: Locate, call: Call, inputs: Mapping[str, str], got: Any, want: Any, ask: Ask, same: Same
+    locate: Locate,
+    call: Call,
+    inputs: Mapping[str, str],
+    got: Any,
+    want: Any,
+    ask: Callable[[Call], Observation],
+    same: Same,
 ) -> Mistake | None:
     """The mistake's place, or None when the traces cannot be compared (the answer raised on the
-    traced call, or the kernel's record is not one)."""
+    traced call, or the kernel's record is not one). ``ask`` runs a call on the answer (a
+    ``vocabulary.Ask``)."""
     ref = locate.reference
     if isinstance(ref, nn.Module):
         named = dict(ref.named_modules())

@@ -42,7 +42,8 @@ Every failure carries the id of its mistake (``GradingError.mistake``), which do
 when the wording does: a catalogue entry's or a probe's own (``feedback.Mistake``), else the id
 of the generic step that objected (``STEP_MISTAKES``). A failure that comes from an earlier
 exercise carries that exercise's mistake and test cell (``GradingError.root``). Autograde
-records both for every test cell (``encoder_lib.autograde.judge``), for the instructor's report.
+records both for every test cell (``encoder_lib.autograde.judge_execute``), for the instructor's
+report.
 
 Dropout is deterministic while the student's code runs (``observe.deterministic_dropout``) and
 the reference runs under the same rule, so a case in training mode is compared like any other:
@@ -53,7 +54,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -61,18 +62,17 @@ import torch
 
 from . import locate as _locate
 from .feedback import ForbiddenCallError, GradingError, Mistake, NotWrittenYet, remember
+from .kernel.forbidden import Forbidden, forbid, note_exercise
 from .kernel.observe import (
     AFTER_CHECK,
     Call,
     Failure,
-    Forbidden,
     Observation,
     named_tensors,
     namespace_of,
     observe,
 )
-from .kernel.observe import FORBIDDEN as FORBIDDEN_CALLS
-from .source_rules import MISTAKES as RULE_MISTAKES
+from .kernel.source_rules import MISTAKES as RULE_MISTAKES
 from .vocabulary import (
     Ask,
     Case,
@@ -99,6 +99,7 @@ __all__ = [
     "trials_of",
     "dependencies",
     "judge",
+    "run_steps",
     "failure_error",
     "local",
     "make_check",
@@ -111,7 +112,7 @@ NOT_WRITTEN = (
     "cell, then this one."
 )
 CALLS_STUB = "it calls {name}, which is not written yet: write {name} first (and run its cell)."
-FORBIDDEN = (
+CALLS_FORBIDDEN = (
     "{who} calls {name}, which already does what this exercise asks you to write, so it earns no "
     "points. Write it yourself from basic tensor operations (matmul, softmax, mean, ...); you may "
     "use it afterwards to check your answer."
@@ -157,7 +158,7 @@ STEP_MISTAKES: dict[str, str] = {
     "not-defined": "the name the exercise asks for is not defined",
     "missing-part": "the module lacks a part the given __init__ creates (a layer, forward)",
     "forbidden-built-in": "calls the built-in the exercise asks to write",
-    **RULE_MISTAKES,  # the source rules' families (source_rules.MISTAKES)
+    **RULE_MISTAKES,  # the source rules' families (kernel.source_rules.MISTAKES)
     "exception": "the code raised an exception",
     "time-limit": "ran past the time limit",
     "kernel-died": "the kernel died",
@@ -234,6 +235,7 @@ def register(exercise: Exercise) -> Callable[..., None]:
     if exercise.test_cell in EXERCISES:
         raise ValueError(f"two exercises are graded by the test cell {exercise.test_cell!r}")
     EXERCISES[exercise.test_cell] = exercise
+    note_exercise(exercise.name, exercise.target, exercise.reference)
     return make_check(exercise)
 
 
@@ -259,7 +261,7 @@ def register_given(
     (or ``wrong_kind``).
 
     What is the exercise's rather than one case's is said here once: ``forbidden``, what the
-    answer may not call (``observe.FORBIDDEN[name]``), and ``case_fields``, fields of ``Case``
+    answer may not call (``forbidden.forbid``), and ``case_fields``, fields of ``Case``
     (``slots=``, ``letters=``, ``inputs=``, ``module=``, ``failure_hint=``...) given to every
     case that leaves them at their default (``with_case_fields``). ``reference``, a function
     importable in the student's kernel, stands in for the answer when a later exercise calls it
@@ -276,7 +278,7 @@ def register_given(
         keep += f" and its __init__, and write {'__call__' if kind == 'nnx class' else 'forward'}."
     title = f"Exercise {number} · {target}"
     if forbidden is not None:
-        FORBIDDEN_CALLS[name] = forbidden
+        forbid(name, forbidden)
     if kind == "function" and reference is not None:
         case_fields.setdefault("reference", reference)
     cases = with_case_fields(cases, **case_fields)
@@ -290,7 +292,7 @@ def catalogue(exercise: Exercise) -> list[tuple[Case, str]]:
     (``Case.mistakes`` and ``Case.grad_mistakes``): each should be a ``Mistake`` with its id."""
     entries: list[tuple[Case, str]] = []
     for case in exercise.cases(True):
-        entries += [(case, wording) for wording in _resolve(case.mistakes) or {}]
+        entries += [(case, wording) for wording in _computed(case.mistakes) or {}]
         for wrong in case.grad_mistakes.values():
             entries += [(case, wording) for wording in wrong]
     return entries
@@ -552,6 +554,16 @@ def judge(case: Case, obs: Observation, ask: Ask, full: bool = True) -> None:
         return
 
 
+def run_steps(case: Case, obs: Observation, ask: Ask, steps: Sequence[str]) -> None:
+    """Run the generic steps named in ``steps`` (keys of ``STEPS``, in the order given) on
+    ``obs``: for a case's own ``judge`` that keeps some of them. The value's slots come from its
+    structure against ``case.expected`` (the structure step's own comparison, without its
+    ``precheck``, ``before`` or ``judge``)."""
+    trial = Trial(case, obs, ask, slots=_structure(case, _computed(case.expected), obs.value))
+    for name in steps:
+        STEPS[name](trial)
+
+
 def _step_module(t: Trial) -> None:
     facts = t.obs.info.get("module")
     if facts is not None and (t.obs.failure is None or t.obs.failure.phase != "construct"):
@@ -579,7 +591,7 @@ def _step_structure(t: Trial) -> None:
     if t.case.judge is not None:
         t.case.judge(t.obs, t.ask)
         raise _Done
-    expected = _resolve(t.case.expected)
+    expected = _computed(t.case.expected)
     got = t.obs.value
     if t.case.any_float and isinstance(got, torch.Tensor) and got.is_floating_point():
         expected = expected.to(got.dtype)
@@ -681,7 +693,7 @@ def failure_error(case: Case, failure: Failure) -> GradingError:
     if failure.kind == "forbidden":
         parts = {"who": who, "name": failure.error}
         return ForbiddenCallError(
-            FORBIDDEN.format(**parts), mistake="forbidden-built-in", parts=parts
+            CALLS_FORBIDDEN.format(**parts), mistake="forbidden-built-in", parts=parts
         )
     if failure.kind == "missing":  # the name, or (``observe.Unfit``) a part of the module
         kind = "not-defined" if failure.error == "NameError" else "missing-part"
@@ -723,7 +735,7 @@ def _check_module(case: Case, facts: Mapping[str, Any] | None) -> None:
         name = spec.forbidden_submodules.get(qualified)
         if name:
             raise ForbiddenCallError(
-                FORBIDDEN.format(who=f"{case.call.target} (self.{sub})", name=name),
+                CALLS_FORBIDDEN.format(who=f"{case.call.target} (self.{sub})", name=name),
                 mistake="forbidden-built-in",
             )
     params: Mapping[str, torch.Tensor] = facts.get("parameters", {})
@@ -763,7 +775,7 @@ def _check_module(case: Case, facts: Mapping[str, Any] | None) -> None:
 # --- values --------------------------------------------------------------------------------------
 
 
-def _resolve(value: Any) -> Any:
+def _computed(value: Any) -> Any:
     return value() if callable(value) else value
 
 
@@ -840,7 +852,7 @@ def _check_values(case: Case, slots, obs: Observation, ask: Ask) -> None:
 
     if all(slot_close(g, e) for _, g, e, _ in slots):
         return
-    mistakes = _resolve(case.mistakes) or {}
+    mistakes = _computed(case.mistakes) or {}
     got = [g for _, g, _, _ in slots]
     for description, wrong in mistakes.items():
         wrong_slots = list(wrong) if len(slots) > 1 else [wrong]
@@ -876,7 +888,7 @@ def _check_grads(case: Case, slots, obs: Observation, full: bool = True) -> None
         slot = slots[0][0] if len(slots) == 1 else "the result"
         problem = case.messages.get("no_grad", NO_GRAD).format(slot=slot)
         raise GradingError(problem, mistake=getattr(problem, "id", None) or "no-grad")
-    for name, want in (_resolve(case.grads) or {}).items():
+    for name, want in (_computed(case.grads) or {}).items():
         label = case.grad_names.get(name, case.inputs.get(name, name))
         got = obs.grads.get(name)
         if got is None:

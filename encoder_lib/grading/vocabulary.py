@@ -23,7 +23,6 @@ from typing import Any
 
 import torch
 
-from . import locate as _locate
 from .kernel.observe import (
     Call,
     Failure,
@@ -34,6 +33,7 @@ from .kernel.observe import (
     student_mode,
     tensors_of,
 )
+from .locate import Locate
 
 __all__ = [
     "Ask",
@@ -150,7 +150,7 @@ class Case:
     """Replaces steps 3-7 for values the generic comparison does not fit."""
     messages: Mapping[str, str] = field(default_factory=dict)
     """Overrides of the generic wordings: ``"in_place"``, ``"dtype"``, ``"no_grad"``."""
-    locate: _locate.Locate | None = None
+    locate: Locate | None = None
     """For a module answer: the reference module and its given sub-modules. A wrong value that
     no catalogue entry and no probe names is then localised (``locate.explain``): the first
     sub-module that gets something else than in the reference, or the combination of their

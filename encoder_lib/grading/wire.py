@@ -254,7 +254,7 @@ def _one(items: list) -> list:
 
 
 def serve(request: str) -> None:
-    """Answer one request from the grader (``encoder_lib.autograde.judge``): decode the
+    """Answer one request from the grader (``encoder_lib.autograde.kernel_ask``): decode the
     ``Call``s, observe each in this kernel's namespace, publish the encoded ``Observation``s as
     display data. Runs in the student's kernel; the grader trusts nothing it says beyond data."""
     from IPython import get_ipython

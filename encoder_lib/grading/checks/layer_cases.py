@@ -14,10 +14,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .. import vocabulary
 from ..feedback import Mistake
 from ..kernel.observe import Call, Observation
-from ..vocabulary import Ask, Case, close, randn, reference_mode
+from ..vocabulary import Ask, Case, backpropagating, close, randn, reference_mode
 
 FUNCTIONS = {"relu({})": torch.relu}
 """What the reference layers apply besides their sub-modules (``locate.Locate.functions``)."""
@@ -231,7 +230,7 @@ def dropout_mistakes(f: Rewrite, p: float, train: bool, norm_first: bool, names:
     return m
 
 
-def catalogue(ref: nn.Module, train: bool, entries: Mapping[str, Callable]) -> dict[str, Any]:
+def mistake_values(ref: nn.Module, train: bool, entries: Mapping[str, Callable]) -> dict[str, Any]:
     """The mistakes' outputs, computed with ``ref``'s sub-modules in the case's mode."""
     ref.train(train)
     try:
@@ -262,11 +261,11 @@ def right_in_eval(ref: nn.Module, call: Call, where_dropout_goes: str):
     return probe
 
 
-def backpropagating(case: Case, ref: nn.Module, upstream: torch.Tensor) -> Case:
+def backpropagating_layer(case: Case, ref: nn.Module, upstream: torch.Tensor) -> Case:
     """``case`` (in eval mode, float64) with ``upstream`` backpropagated into its tensor
     arguments and the layer's parameters, compared with ``ref``'s gradients."""
     names = tuple(f"args[{i}]" for i in range(len(case.call.args)))
     case.reference = ref  # the expected value is the case's own: only the gradients are derived
-    vocabulary.backpropagating(case, upstream, grad=(*names, "parameters"))
+    backpropagating(case, upstream, grad=(*names, "parameters"))
     case.grad_names = {n: n.removeprefix("parameters.") for n in case.grads if n not in names}
     return case

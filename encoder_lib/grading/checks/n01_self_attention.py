@@ -33,7 +33,8 @@ import torch.nn.functional as F
 import encoder_lib
 
 from ..feedback import GradingError, Mistake
-from ..kernel.observe import Call, Failure, Forbidden, Observation
+from ..kernel.forbidden import Forbidden
+from ..kernel.observe import Call, Failure, Observation
 from ..runner import register_given
 from ..vocabulary import Ask, Case, backpropagating, close, keep_first, randn
 

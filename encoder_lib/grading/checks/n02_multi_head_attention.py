@@ -37,7 +37,8 @@ import encoder_lib
 
 from ..feedback import GradingError, Mistake
 from ..kernel import observe
-from ..kernel.observe import Call, Failure, Forbidden, Observation
+from ..kernel.forbidden import Forbidden
+from ..kernel.observe import Call, Failure, Observation
 from ..runner import register_given
 from ..vocabulary import Case, ModuleSpec, backpropagating, keep_first, randn, reference_mode
 
@@ -389,6 +390,7 @@ def load_reference_weights(module: nn.Module, reference: nn.Module) -> nn.Module
     return module
 
 
+@observe.preparation("multi_head.reference_weights")
 def _prepare_with_reference_weights(module: nn.Module, call: Call, obs: Observation) -> bool:
     """Get a module whose layout the grader does not know ready: copy ``call.options["weights"]``
     into it with ``_load`` (a layout that cannot take them is ``Unfit``, reported with its
@@ -397,9 +399,6 @@ def _prepare_with_reference_weights(module: nn.Module, call: Call, obs: Observat
     if type(module).forward is nn.Module.forward:
         raise _LayoutError(NO_FORWARD)
     return True
-
-
-observe.PREPARE["multi_head.reference_weights"] = _prepare_with_reference_weights
 
 
 # --- MultiHeadAttention: the reference and its mistakes ------------------------------------------

@@ -32,7 +32,8 @@ import encoder_lib
 
 from ..feedback import Mistake
 from ..kernel import observe
-from ..kernel.observe import Call, Forbidden, Observation, Part
+from ..kernel.forbidden import Forbidden
+from ..kernel.observe import Call, Observation, Part
 from ..runner import register_given
 from ..vocabulary import Ask, Case, ModuleSpec, backpropagating, close, randn, reference_grads
 
@@ -401,18 +402,20 @@ check_layer_norm_module = register_given(
 # --- exercise 3: residual_block ------------------------------------------------------------------
 
 
+@observe.part("residual.sublayer")
 def _sublayer(part: Part) -> Callable[[torch.Tensor], torch.Tensor]:
     weight, shift = part.tensors["weight"], part.tensors["shift"]
     return lambda t: torch.tanh(t @ weight.T + shift) * 2.0
 
 
+@observe.part("residual.norm")
 def _norm(part: Part) -> Callable[[torch.Tensor], torch.Tensor]:
     return _layer_norm(part.tensors["weight"], part.tensors["bias"])
 
 
-observe.PARTS["residual.sublayer"] = _sublayer
-observe.PARTS["residual.norm"] = _norm
-observe.PARTS["zeros"] = lambda part: torch.zeros_like
+@observe.part("zeros")
+def _zeros(part: Part) -> Callable[[torch.Tensor], torch.Tensor]:
+    return torch.zeros_like
 
 
 def _parts(d: int, seed: int) -> tuple[Part, Part]:

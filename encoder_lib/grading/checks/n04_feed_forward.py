@@ -28,7 +28,8 @@ from torch import nn
 import encoder_lib
 
 from ..feedback import ForbiddenCallError, GradingError, Mistake
-from ..kernel.observe import Call, Failure, Forbidden, Observation, deterministic_dropout
+from ..kernel.forbidden import Forbidden
+from ..kernel.observe import Call, Failure, Observation, deterministic_dropout
 from ..runner import register_given
 from ..vocabulary import (
     Ask,

@@ -26,11 +26,11 @@
 
 Design choices:
 - (d) does not depend on (c): in the student's kernel, its call builds the student's ``Encoder``
-  and its preparation (``observe.PREPARE["encoder.recorded_layers"]``) replaces its ``layers`` by
-  ``encoder_lib.EncoderLayer`` s with weights sent by the check, each wrapped to record what it
-  receives (its input, the mask, any other keyword). Only those facts come back; every
-  comparison happens here, so a mistake is named where it happens (the first layer's input, the
-  mask, the chaining of the layers), not only at the output.
+  and its preparation (``@observe.preparation("encoder.recorded_layers")``) replaces its
+  ``layers`` by ``encoder_lib.EncoderLayer`` s with weights sent by the check, each wrapped to
+  record what it receives (its input, the mask, any other keyword). Only those facts come back;
+  every comparison happens here, so a mistake is named where it happens (the first layer's input,
+  the mask, the chaining of the layers), not only at the output.
 - (d) depends on (b) when the forward calls the student's ``make_padding_mask`` (as the solution
   does); ``encoder_lib.padding_mask`` is allowed in (d) for a student stuck on (b). The given
   ``__init__`` registers ``encoder_lib.sinusoidal_table`` as the buffer ``pe``, so (d) does not
@@ -56,7 +56,8 @@ import encoder_lib
 from .. import runner, vocabulary
 from ..feedback import Mistake
 from ..kernel import observe
-from ..kernel.observe import Call, Failure, Forbidden, Observation
+from ..kernel.forbidden import Forbidden
+from ..kernel.observe import Call, Failure, Observation
 from ..locate import Locate
 from ..vocabulary import (
     Ask,
@@ -412,7 +413,7 @@ def _layer_mistakes(ref, x, mask, norm_first: bool, train: bool) -> dict[str, to
             ): f(mask=~mask),
         }
     m |= layer_cases.dropout_mistakes(f, ref.dropout.p, train, norm_first, _DROPOUTS)
-    return layer_cases.catalogue(ref, train, m)
+    return layer_cases.mistake_values(ref, train, m)
 
 
 def _pair_hint(failure: Failure) -> str | None:
@@ -476,7 +477,7 @@ def _layer_case(
         ),
     )
     if backward:
-        return layer_cases.backpropagating(case, ref, upstream=randn(B, L, D, seed=seed + 4))
+        return layer_cases.backpropagating_layer(case, ref, upstream=randn(B, L, D, seed=seed + 4))
     return case
 
 
@@ -545,6 +546,7 @@ def _layer_from(options: Mapping[str, Any], state: Mapping[str, torch.Tensor], d
     return layer
 
 
+@observe.preparation(_PREPARE)
 def _prepare_encoder(model: nn.Module, call: Call, obs: Observation) -> bool:
     """Give the student's Encoder the check's embedding weights and recording reference layers
     (what each layer receives goes to ``obs.info["log"]``); stop before the call when it has no
@@ -563,9 +565,6 @@ def _prepare_encoder(model: nn.Module, call: Call, obs: Observation) -> bool:
     with torch.no_grad():
         embedding.embedding.weight.copy_(call.options["embedding"])
     return True
-
-
-observe.PREPARE[_PREPARE] = _prepare_encoder
 
 
 # --- (d) the full encoder: judging what the call saw ---------------------------------------------

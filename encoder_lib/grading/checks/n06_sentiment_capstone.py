@@ -24,7 +24,7 @@ as data for the runner.
   dropout off in training, gradients that do not reach the encoder.
 
 Design choices:
-- (b) does not depend on (a) or (c): its scenario (``observe.SCENARIOS["capstone.train_step"]``,
+- (b) does not depend on (a) or (c): its scenario (``@observe.scenario("capstone.train_step")``,
   run in the student's kernel) builds the check's own small classifier, float64, with the
   weights the check sends, stale gradients already in ``.grad`` (as a previous step leaves them,
   so a forgotten ``zero_grad`` shows at once) and a gradient-descent optimiser with weight
@@ -359,10 +359,11 @@ class _Log:
         return facts
 
 
+@observe.scenario(_STEP)
 def _run_train_step(lookup: Callable[[str], Any], call: Call) -> Observation:
     """Build the check's model and optimiser, call the student's ``train_step`` on each batch;
     record, after each call, the value returned, the parameters and what happened."""
-    target = observe._lookup_target(lookup, call.target)
+    target = observe.lookup_target(lookup, call.target)
     obs = Observation(info={"target": observe.kind_of(target)})
     if not callable(target) or isinstance(target, type):
         return obs
@@ -384,14 +385,11 @@ def _run_train_step(lookup: Callable[[str], Any], call: Call) -> Observation:
                 step = {"value": value, "tensors": facts, "parameters": _parameters(model)}
                 steps.append(step | log.take())
         except Exception as error:  # anything the student's code raised is observed, not raised
-            obs.failure = observe._failure(error, "call", seen)
+            obs.failure = observe.failure_of(error, "call", seen)
         if seen and obs.failure is None:
             obs.failure = Failure("forbidden", seen[0], "", "call")
     obs.info["steps"] = steps
     return obs
-
-
-observe.SCENARIOS[_STEP] = _run_train_step
 
 
 # --- (b) train_step: judging what the scenario saw -----------------------------------------------
@@ -710,22 +708,20 @@ check_train_step = runner.register_given(
 _POOLING = "capstone.reference_pooling"
 
 
+@observe.scenario(_POOLING)
 def _run_with_reference_pooling(lookup: Callable[[str], Any], call: Call) -> Observation:
     """The generic call, with the notebook's ``masked_mean`` replaced by the reference while it
     runs, so that a mistake in exercise (a) does not cost the points of exercise (c)."""
-    target = observe._lookup_target(lookup, call.target)
+    target = observe.lookup_target(lookup, call.target)
     namespace = getattr(getattr(target, "forward", None), "__globals__", None)
     if not isinstance(namespace, dict) or "masked_mean" not in namespace:
-        return observe._run_call(lookup, call)
+        return observe.run_call(lookup, call)
     saved = namespace["masked_mean"]
     namespace["masked_mean"] = _masked_mean
     try:
-        return observe._run_call(lookup, call)
+        return observe.run_call(lookup, call)
     finally:
         namespace["masked_mean"] = saved
-
-
-observe.SCENARIOS[_POOLING] = _run_with_reference_pooling
 
 
 # --- (c) SentimentClassifier.forward: the cases --------------------------------------------------

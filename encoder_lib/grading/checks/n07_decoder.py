@@ -52,7 +52,8 @@ import encoder_lib
 from .. import runner
 from ..feedback import Mistake
 from ..kernel import observe
-from ..kernel.observe import Call, Failure, Forbidden, Observation, Part
+from ..kernel.forbidden import Forbidden
+from ..kernel.observe import Call, Failure, Observation, Part
 from ..locate import Locate
 from ..vocabulary import Ask, Case, ModuleSpec, Unchanged, keep_first, randn, redrawn
 from . import layer_cases
@@ -80,6 +81,7 @@ _NO_DECODERS = Forbidden(torch=_MHA_FORWARD, python=_DECODERS)
 # --- the attention handed to exercises (a) and (b) -----------------------------------------------
 
 
+@observe.part("decoder.attention")
 def _build_attention(part: Part) -> nn.Module:
     """An ``encoder_lib.MultiHeadAttention`` in eval mode with the weights the check sent."""
     weights = part.tensors
@@ -89,9 +91,6 @@ def _build_attention(part: Part) -> nn.Module:
     module = module.to(weights["in_proj_weight"].dtype)
     module.load_state_dict({name: t.clone() for name, t in weights.items()})
     return module.eval()
-
-
-observe.PARTS["decoder.attention"] = _build_attention
 
 
 def _attention(D: int, H: int, seed: int, dtype: torch.dtype) -> tuple[Part, nn.Module]:
@@ -685,7 +684,7 @@ def _layer_mistakes(ref, x, memory, tgt_mask, memory_mask, norm_first, train) ->
             )
         ] = f(swap_masks=True)
     m |= layer_cases.dropout_mistakes(f, ref.dropout.p, train, norm_first, _DROPOUTS)
-    return layer_cases.catalogue(ref, train, m)
+    return layer_cases.mistake_values(ref, train, m)
 
 
 def _layer_hint(failure: Failure) -> str | None:
@@ -780,7 +779,9 @@ def _layer_case(
         ),
     )
     if backward:
-        return layer_cases.backpropagating(case, ref, upstream=randn(B, L_tgt, D, seed=seed + 5))
+        return layer_cases.backpropagating_layer(
+            case, ref, upstream=randn(B, L_tgt, D, seed=seed + 5)
+        )
     return case
 
 
@@ -819,6 +820,10 @@ check_decoder_layer = runner.register_given(
 # --- (d) greedy decoding -------------------------------------------------------------------------
 
 
+_TOY = "decoder.toy_model"
+
+
+@observe.part(_TOY)
 def _toy_model(part: Part) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
     """The stand-in for a trained encoder-decoder: ``model(src, tgt_in)`` returns logits
     ``(B, L_tgt, V)`` where position t predicts the token after ``tgt_in[:, t]``. It is causal
@@ -859,10 +864,6 @@ def _toy_model(part: Part) -> Callable[[torch.Tensor, torch.Tensor], torch.Tenso
         return logits.scatter(2, tokens[..., None], 3.0)
 
     return model
-
-
-_TOY = "decoder.toy_model"
-observe.PARTS[_TOY] = _toy_model
 
 
 def _decode(model, src, max_len, start, end, pad, mistake: str = "") -> torch.Tensor:

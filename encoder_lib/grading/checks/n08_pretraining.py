@@ -49,7 +49,8 @@ from encoder_lib import mlm
 from .. import runner, vocabulary
 from ..feedback import GradingError, Mistake
 from ..kernel import observe
-from ..kernel.observe import Call, Failure, Forbidden, Observation
+from ..kernel.forbidden import Forbidden
+from ..kernel.observe import Call, Failure, Observation
 from ..vocabulary import Case, ModuleSpec, backpropagating, keep_first, randn, reference_mode
 
 __all__ = ["check_mask_tokens", "check_masked_language_model", "check_mlm_loss", "check_fill_mask"]
@@ -62,6 +63,7 @@ IGNORE = mlm.IGNORE_INDEX
 _RUNS = "masked_lm.mask_tokens"
 
 
+@observe.scenario(_RUNS)
 def _run_mask_tokens(lookup: Callable[[str], Any], call: Call) -> Observation:
     """In the student's kernel: call ``mask_tokens`` once per ``(generator seed, global seed)``
     of ``call.options["runs"]``, each time with a fresh ``torch.Generator`` and torch's global
@@ -73,16 +75,13 @@ def _run_mask_tokens(lookup: Callable[[str], Any], call: Call) -> Observation:
         one = dataclasses.replace(
             call, kwargs={**call.kwargs, "generator": generator}, seed=global_seed
         )
-        obs = observe._run_call(lookup, one)
+        obs = observe.run_call(lookup, one)
         if obs.failure is not None or "tensors" not in obs.info:
             return obs
         observations.append(obs)
     first = observations[0]
     first.info["runs"] = [obs.value for obs in observations[1:]]
     return first
-
-
-observe.SCENARIOS[_RUNS] = _run_mask_tokens
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,10 +135,7 @@ def _mask_case(s: _Sentences, p: float, seed: int) -> Case:
 
 
 def _judge_mask(case: Case, s: _Sentences, p: float, obs: Observation, ask: vocabulary.Ask) -> None:
-    trial = runner.Trial(case, obs, ask)
-    trial.slots = runner._structure(case, case.expected, obs.value)
-    for step in ("plain tensor", "shape", "in place", "dtype"):
-        runner.STEPS[step](trial)
+    runner.run_steps(case, obs, ask, ("plain tensor", "shape", "in place", "dtype"))
     corrupted, labels = obs.value
     problem = _mask_problem(s, p, corrupted, labels) or _randomness_problem(obs)
     if problem:

@@ -53,7 +53,8 @@ import encoder_lib
 
 from .. import runner, vocabulary
 from ..feedback import Mistake
-from ..kernel.observe import Call, Failure, Forbidden, Observation, deterministic_dropout
+from ..kernel.forbidden import Forbidden
+from ..kernel.observe import Call, Failure, Observation, deterministic_dropout
 from ..vocabulary import (
     Ask,
     Case,
@@ -85,7 +86,7 @@ def _dtype_text(t: torch.Tensor) -> str:
     return "" if t.dtype == torch.float64 else f" ({t.dtype})"
 
 
-def _backpropagating(case: Case, grad: tuple[str, ...], seed: int, **fields: Any) -> Case:
+def _with_random_upstream(case: Case, grad: tuple[str, ...], seed: int, **fields: Any) -> Case:
     """``case`` with a random upstream (``randn`` with ``seed``, of the first argument's shape and
     dtype) backpropagated into ``grad`` (``vocabulary.backpropagating``)."""
     x = case.call.args[0]
@@ -357,7 +358,7 @@ def _rms_case(x, w, eps: float | None, gradient: bool = False) -> Case:
         probes=(_rms_probe(x, w, eps),),
         failure_hint=_rms_hint(x),
     )
-    return _backpropagating(case, ("args[0]", "args[1]"), seed=97) if gradient else case
+    return _with_random_upstream(case, ("args[0]", "args[1]"), seed=97) if gradient else case
 
 
 def _rms_inputs(thorough: bool) -> list[tuple[torch.Tensor, torch.Tensor, float | None]]:
@@ -664,7 +665,7 @@ def _gated_case(
     )
     if gradient:
         names = {"args[0]": "x", "parameters.wi.weight": "wi", "parameters.wo.weight": "wo"}
-        _backpropagating(case, ("args[0]", "parameters"), seed=seed + 6, grad_names=names)
+        _with_random_upstream(case, ("args[0]", "parameters"), seed=seed + 6, grad_names=names)
     if train:  # after the reference has given the expected values: this leaves it in eval mode
         case.probes = (layer_cases.right_in_eval(ref, case.call, _DROP_WHERE),)
     return case
@@ -907,7 +908,7 @@ def _rotary_case(
             },
         ),
     )
-    return _backpropagating(case, ("args[0]",), seed=seed + 2) if gradient else case
+    return _with_random_upstream(case, ("args[0]",), seed=seed + 2) if gradient else case
 
 
 def _rotary_cases(thorough: bool) -> Iterator[Case]:
@@ -1338,7 +1339,7 @@ def _layer_mistakes(ref, x, mask, window: int | None, train: bool) -> dict[str, 
                 "dropout probability only while self.training, 0 otherwise.",
             ): f(attn_drop_in_eval=True)
         }
-    return layer_cases.catalogue(ref, train, entries)
+    return layer_cases.mistake_values(ref, train, entries)
 
 
 def _reference_layer(D, H, d_ff, window, p, pairing, seed, dtype) -> nn.Module:
@@ -1457,7 +1458,7 @@ def _layer_case(
     )
     if gradient:  # derived from the library's layer, under its own parameter names
         names = {"args[0]": "x"} | {f"parameters.{n}": n for n in _STATE}
-        _backpropagating(case, ("args[0]", "parameters"), seed=seed + 5, grad_names=names)
+        _with_random_upstream(case, ("args[0]", "parameters"), seed=seed + 5, grad_names=names)
         library = reference_grads(ref.train(train), case.call)
         case.grads = {"args[0]": library["args[0]"]} | {
             f"parameters.{ours}": library[f"parameters.{theirs}"] for ours, theirs in _STATE.items()

@@ -39,7 +39,8 @@ from torch import nn
 from .. import runner, vocabulary
 from ..feedback import GradingError, Mistake
 from ..kernel import observe, observe_jax
-from ..kernel.observe import Call, Failure, Forbidden, Observation
+from ..kernel.forbidden import Forbidden, forbid
+from ..kernel.observe import Call, Failure, Observation
 from ..vocabulary import Case, ModuleSpec, close, mismatch, randn
 
 __all__ = [
@@ -92,12 +93,17 @@ _JAX_ONLY = {
     },
 }
 for _name, _by_name in _JAX_ONLY.items():
-    observe.FORBIDDEN[_name] = Forbidden(
-        by_name={k: v.replace("the reference", k.replace(":", ".")) for k, v in _by_name.items()}
+    forbid(
+        _name,
+        Forbidden(
+            by_name={
+                k: v.replace("the reference", k.replace(":", ".")) for k, v in _by_name.items()
+            }
+        ),
     )
 
-observe.SCENARIOS["jax"] = observe_jax.run  # the kernel's side of every call below
-observe.AFTER_CHECK.append(observe_jax.release_after_a_check)
+observe.scenario("jax")(observe_jax.run_jax)  # the kernel's side of every call below
+observe.after_each_check(observe_jax.release_after_a_check)
 
 IMMUTABLE = Mistake(
     "jax-array-changed-in-place",
@@ -1198,6 +1204,7 @@ to about 2e-7 (measured); the smallest named mistake moves a weight by about 5e-
 # --- the kernel's side: the student's step, compiled, three times --------------------------------
 
 
+@observe.scenario(_SCENARIO)
 def _run_train_step(lookup: Callable[[str], Any], call: Call) -> Observation:
     """Build the reference block with ``call.state``, the student's optimiser
     (``make_optimizer(block, lr, betas, weight_decay)``), and call ``nnx.jit(train_step)`` on
@@ -1208,11 +1215,11 @@ def _run_train_step(lookup: Callable[[str], Any], call: Call) -> Observation:
     from encoder_lib import jax_bridge
     from encoder_lib.jax_encoder import EncoderBlock
 
-    target = observe._lookup_target(lookup, call.target)
+    target = observe.lookup_target(lookup, call.target)
     obs = Observation(info={"target": observe.kind_of(target)})
     if not callable(target) or isinstance(target, type):
         return obs
-    make_optimizer = observe._lookup_target(lookup, "make_optimizer")
+    make_optimizer = observe.lookup_target(lookup, "make_optimizer")
     options = call.options
     steps: list[dict[str, Any]] = []
     phase = "construct"
@@ -1236,7 +1243,7 @@ def _run_train_step(lookup: Callable[[str], Any], call: Call) -> Observation:
                     }
                 )
         except Exception as error:  # anything the student's code raised is observed
-            obs.failure = observe._failure(error, phase, seen)
+            obs.failure = observe.failure_of(error, phase, seen)
             if obs.failure.kind == "stub" and obs.failure.function == "make_optimizer":
                 obs.failure.function = None  # the same answer cell: this exercise's own stub
         if seen and obs.failure is None:
@@ -1296,9 +1303,6 @@ def _as_torch_state(block: Any, grads: Any) -> dict[str, torch.Tensor] | str:
         if shape is not None:
             return f"an array of shape {tuple(shape)}"
         return f"a {type(grads).__name__} that is not the model's parameters"
-
-
-observe.SCENARIOS[_SCENARIO] = _run_train_step
 
 
 # --- the grader's side: PyTorch's AdamW, with one switch per mistake -----------------------------

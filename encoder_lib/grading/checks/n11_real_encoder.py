@@ -22,7 +22,7 @@
   argument, positions from 1, the input ids used as positions, other parameter names.
 - ``check_load_bert_layer(load_bert_layer)``, exercise 4: BERT's tensors of one layer in an
   ``encoder_lib.EncoderLayer``. The layer returned is run in the student's kernel
-  (``observe.SCENARIOS["real_encoder.bert_layer"]``) on a small input with a padding mask and
+  (``@observe.scenario("real_encoder.bert_layer")``) on a small input with a padding mask and
   compared with the reference layer (``minilm.bert_layer_state``); its state dict and settings
   come back too, to say which tensor or setting differs. Named: query, key and value stacked in
   the wrong order (or only their biases), a square weight transposed, pre-norm, ReLU (the
@@ -67,7 +67,8 @@ from encoder_lib.wordpiece import wordpiece as _wordpiece
 from .. import runner, vocabulary
 from ..feedback import Mistake
 from ..kernel import observe
-from ..kernel.observe import Call, Failure, Forbidden, Observation
+from ..kernel.forbidden import Forbidden
+from ..kernel.observe import Call, Failure, Observation
 from ..vocabulary import Case, ModuleSpec, backpropagating, keep_first, randn, reference_mode
 
 __all__ = [
@@ -881,12 +882,13 @@ _LAYER_SCENARIO = "real_encoder.bert_layer"
 _QKV = ("query", "key", "value")
 
 
+@observe.scenario(_LAYER_SCENARIO)
 def _run_bert_layer(lookup: Callable[[str], Any], call: Call) -> Observation:
     """In the student's kernel: ``load_bert_layer(weights, prefix, num_heads)`` on a copy of the
     weights; the layer returned is put in train or eval mode and run on ``options["x"]`` with
     ``options["mask"]``. The value is its output; ``info["layer"]`` says what was returned and,
     for an ``EncoderLayer``, its state dict and settings."""
-    target = observe._lookup_target(lookup, call.target)
+    target = observe.lookup_target(lookup, call.target)
     obs = Observation(
         info={"target": observe.kind_of(target), "globals": observe.global_names(target)}
     )
@@ -911,7 +913,7 @@ def _run_bert_layer(lookup: Callable[[str], Any], call: Call) -> Observation:
                     value = layer(x, mask)
                 obs.value, obs.info["tensors"] = observe.export_value(value)
         except Exception as error:  # anything the student's code raised is observed, not raised
-            obs.failure = observe._failure(error, "call", seen)
+            obs.failure = observe.failure_of(error, "call", seen)
         if seen and obs.failure is None:
             obs.failure = Failure("forbidden", seen[0], "", "call")
     return obs
@@ -941,9 +943,6 @@ def _callable_name(fn: Any) -> str:
     if fn is F.relu:
         return "relu"
     return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', type(fn).__name__)}"
-
-
-observe.SCENARIOS[_LAYER_SCENARIO] = _run_bert_layer
 
 
 def _bert_layer(

@@ -17,7 +17,7 @@ While the student's code runs, inside ``student_mode``:
 - warnings are silenced and torch runs on one thread (the tensors are tiny).
 
 Two ways to observe, one code path: in the notebook the visible tests call ``observe`` directly;
-at autograde the grader (``encoder_lib.autograde.judge``) sends the same ``Call`` into the
+at autograde the grader (``encoder_lib.autograde.kernel_ask``) sends the same ``Call`` into the
 student's kernel through ``wire.serve`` and reads the ``Observation`` back (JSON and raw
 tensors, never pickle). What the kernel sends back is data the grader judges: it cannot pass a
 check unless the tensors are right.
@@ -33,13 +33,12 @@ import inspect
 import linecache
 import math
 import os
-import re
 import sys
 import threading
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from functools import cache, partial
+from functools import partial
 from typing import Any
 
 import torch
@@ -47,23 +46,27 @@ import torch.nn.functional as F
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
+from . import source_rules
+from .forbidden import Expanded, expanded, rules
+
 __all__ = [
     "Call",
     "Part",
     "Failure",
     "Observation",
     "Unfit",
-    "Forbidden",
-    "FORBIDDEN",
-    "COURSE_WIDE",
-    "Expanded",
-    "rules",
-    "expanded",
     "source_refusal",
     "PARTS",
     "PREPARE",
     "SCENARIOS",
     "AFTER_CHECK",
+    "scenario",
+    "part",
+    "preparation",
+    "after_each_check",
+    "lookup_target",
+    "failure_of",
+    "run_call",
     "TRACE",
     "observe",
     "trace_parts",
@@ -94,7 +97,7 @@ class Call:
 
     Args:
         target: the name the notebook defines, e.g. ``"layer_norm"`` or ``"LayerNorm"``.
-        exercise: whose forbidden built-ins are trapped (a key of ``FORBIDDEN``).
+        exercise: whose forbidden built-ins are trapped (a key of ``forbidden.FORBIDDEN``).
         args, kwargs: tensors, numbers, strings, None, ``Part``s, or tuples of these.
         grad: names of tensor arguments (``"args[0]"``, ``"mask"``) that require gradients,
             and ``"parameters"`` for every parameter of a constructed module.
@@ -174,255 +177,11 @@ class Opaque:
     type: str
 
 
-# --- forbidden built-ins and the parts handed to student code -----------------------------------
-
-
-@dataclass(frozen=True)
-class Forbidden:
-    """The built-ins that already do an exercise's work: torch functions (trapped with a
-    ``TorchFunctionMode``, which also sees calls made inside ``nn`` modules) and Python functions
-    or classes (watched with a profiler hook), each with the name a message uses."""
-
-    torch: Mapping[Any, str] = field(default_factory=dict)
-    python: Mapping[Any, str] = field(default_factory=dict)
-    by_name: Mapping[str, str] = field(default_factory=dict)
-    """``"module:qualname"`` -> its name in messages: Python functions or classes of a package
-    the course does not import everywhere (``"flax.nnx:LayerNorm"``), watched like ``python``
-    when that package is already imported in the student's kernel (it must be, to be called)."""
-
-    def resolved(self) -> dict[Any, str]:
-        """``python`` and the objects of ``by_name`` whose package is imported."""
-        found = dict(self.python)
-        for where, name in self.by_name.items():
-            if where.partition(":")[0].partition(".")[0] not in sys.modules:
-                continue
-            obj = _resolve(where)
-            if obj is not _MISSING:
-                found[obj] = name
-        return found
-
-
-_MISSING = object()
-
-
-def _resolve(where: str) -> Any:
-    """The object ``"module:qualname"`` names, or ``_MISSING`` if it cannot be imported."""
-    module, _, qualname = where.partition(":")
-    try:
-        obj: Any = importlib.import_module(module)
-        for part in qualname.split("."):
-            obj = getattr(obj, part)
-    except (ImportError, AttributeError):
-        return _MISSING
-    return obj
-
-
-FORBIDDEN: dict[str, Forbidden] = {}
-"""Exercise name -> its forbidden built-ins; each topic module registers its own."""
-
-
-COURSE_WIDE: dict[str, tuple[str, ...]] = {
-    "masked_mean": ("encoder_lib.minilm:mean_pool",),
-    "sentiment_classifier": ("encoder_lib.pretraining:PooledClassifier",),
-    "train_step": ("encoder_lib.pretraining:fine_tune", "encoder_lib.pretraining:pretrain"),
-}
-"""For an exercise without a ``FORBIDDEN`` list: ``encoder_lib``'s code that already does the
-thing being written under another name (``"module:qualname"``). ``rules`` adds every
-``encoder_lib`` function or class named like the exercise (``masked_mean``, ``split_heads``...)
-and the exercise's ``reference`` when it is ``encoder_lib``'s."""
-
-
-def rules(exercise: str) -> Forbidden:
-    """The built-ins ``exercise`` forbids: its own list, or the course-wide one (``COURSE_WIDE``
-    and ``encoder_lib``'s functions and classes named like it). The grader's own code and
-    ``encoder_lib``'s private names are refused everywhere by the source rules
-    (``source_rules``)."""
-    own = FORBIDDEN.get(exercise)
-    return own if own is not None else _course_wide(exercise)
-
-
-@cache
-def _course_wide(exercise: str) -> Forbidden:
-    runner = sys.modules.get("encoder_lib.grading.runner")
-    known = [e for e in getattr(runner, "EXERCISES", {}).values() if e.name == exercise]
-    wanted = {_plain(exercise), *(_plain(e.target) for e in known)}
-    found: dict[Any, str] = {}
-    for where in COURSE_WIDE.get(exercise, ()):
-        obj = _resolve(where)
-        if obj is not _MISSING:
-            found[obj] = where.replace(":", ".")
-    for name, module in list(sys.modules.items()):
-        if not _library_module(name) or module is None:
-            continue
-        for obj in list(vars(module).values()):
-            if (
-                (inspect.isfunction(obj) or inspect.isclass(obj))
-                and _library_module(getattr(obj, "__module__", "") or "")
-                and _plain(getattr(obj, "__name__", "")) in wanted
-            ):
-                found[obj] = f"{obj.__module__}.{obj.__qualname__}"
-    for e in known:
-        ref = e.reference
-        if ref is not None and _library_module(getattr(ref, "__module__", "") or ""):
-            found[ref] = f"{ref.__module__}.{ref.__qualname__}"
-    return Forbidden(python=found)
-
-
-def _plain(name: str) -> str:
-    return name.replace("_", "").lower()
-
-
-def _library_module(name: str) -> bool:
-    """``encoder_lib``'s own modules, not the grader's."""
-    return (name == "encoder_lib" or name.startswith("encoder_lib.")) and not name.startswith(
-        ("encoder_lib.grading", "encoder_lib.autograde")
-    )
-
-
-@dataclass(frozen=True)
-class Expanded:
-    """A ``Forbidden`` list with every form of each forbidden torch function: the function, its
-    other Python bindings (``torch.<op>``, ``torch._C._nn.<op>``, the Tensor method), the
-    ``torch.ops.aten`` operators that compute it (packets and overloads, by name), and, for the
-    source rules, the ``torch.nn`` modules whose ``forward`` calls it."""
-
-    ids: Mapping[int, str]
-    """id of a forbidden object (any form) -> its name in messages."""
-    aten: Mapping[str, str]
-    """``aten::<op>`` (no overload) -> the name in messages."""
-    methods: Mapping[str, str]
-    """Tensor method name -> the name in messages."""
-    by_name: Mapping[str, str]
-    keep: tuple[Any, ...] = ()
-    """The objects of ``ids``, kept alive so that their ids stay theirs."""
-
-    def name_of(self, obj: Any) -> str | None:
-        name = self.ids.get(id(obj))
-        if name is None:
-            op = _op_name(obj)
-            name = self.aten.get(op) if op else None
-        if name is None and getattr(obj, "__objclass__", None) is torch._C.TensorBase:
-            name = self.methods.get(getattr(obj, "__name__", ""))
-        return name
-
-
-_EXPANDED: dict[tuple[int, bool], tuple[Forbidden, Expanded]] = {}
-
-
-def expanded(forbidden: Forbidden, modules: bool = True) -> Expanded:
-    """Every form of ``forbidden``'s built-ins (``Expanded``); ``modules``: also the ``torch.nn``
-    module classes that call a forbidden function (the source rules need them; the kernel's
-    trap sees the call inside the module)."""
-    key = (id(forbidden), modules)
-    hit = _EXPANDED.get(key)
-    if hit is not None and hit[0] is forbidden:
-        return hit[1]
-    objects: dict[Any, str] = {**forbidden.python, **forbidden.torch}
-    aten: dict[str, str] = {}
-    methods: dict[str, str] = {}
-    for fn, name in forbidden.torch.items():
-        base = _base(_op_name(fn) or getattr(fn, "__name__", "") or "")
-        if len(base) < 4:
-            continue
-        ops = {n for n in _aten_ops() if base in _normalised(n)} | {base}
-        for op in ops:
-            aten.setdefault(f"aten::{op}", name)
-            for plain in (op, op + "_"):
-                for owner in _BINDINGS:
-                    obj = getattr(owner, plain, None)
-                    if obj is not None and callable(obj):
-                        objects.setdefault(obj, name)
-                if callable(getattr(torch.Tensor, plain, None)):
-                    methods.setdefault(plain, name)
-        for plain in (getattr(fn, "__name__", ""),):
-            if plain and callable(getattr(torch.Tensor, plain, None)):
-                methods.setdefault(plain, name)
-    if modules:
-        called: dict[str, str] = {}
-        for fn, name in forbidden.torch.items():
-            called.setdefault(getattr(fn, "__name__", ""), name)
-        for cls in _nn_modules():
-            names = list(dict.fromkeys(called[n] for n in sorted(_calls(cls)) if n in called))
-            if names and cls not in objects:
-                alone = len(names) == 1 and f"nn.{cls.__name__}" in names[0]
-                said = f"nn.{cls.__name__} (it calls {' and '.join(names)})"
-                objects[cls] = names[0] if alone else said
-    result = Expanded(
-        ids={id(o): n for o, n in objects.items()},
-        aten=aten,
-        methods=methods,
-        by_name=dict(forbidden.by_name),
-        keep=tuple(objects),
-    )
-    _EXPANDED[key] = (forbidden, result)
-    return result
-
-
-_BINDINGS = (torch, torch.nn.functional, torch._C._nn, torch._C._VariableFunctions, torch.special)
-
-
-def _op_name(obj: Any) -> str | None:
-    """``"aten::gelu"`` for ``torch.ops.aten.gelu`` and ``torch.ops.aten.gelu.default``."""
-    if isinstance(obj, torch._ops.OpOverloadPacket):
-        return obj._qualified_op_name
-    if isinstance(obj, torch._ops.OpOverload):
-        return obj._schema.name
-    return None
-
-
-def _base(name: str) -> str:
-    """What a function computes, from its name: ``"aten::native_layer_norm"`` and
-    ``"layer_norm"`` -> ``"layer_norm"``, ``"multi_head_attention_forward"`` ->
-    ``"multi_head_attention"``."""
-    name = _normalised(name.rpartition("::")[2].partition(".")[0])
-    for suffix in ("_forward", "_fwd"):
-        name = name.removesuffix(suffix)
-    return name
-
-
-def _normalised(op: str) -> str:
-    op = op.lstrip("_")
-    return op.removeprefix("native_").lstrip("_")
-
-
-@cache
-def _aten_ops() -> frozenset[str]:
-    """Every ``aten`` operator's name, without its overload."""
-    return frozenset(
-        n[len("aten::") :].partition(".")[0]
-        for n in torch._C._dispatch_get_all_op_names()
-        if n.startswith("aten::")
-    )
-
-
-def _nn_modules() -> list[type]:
-    return [o for o in vars(nn).values() if inspect.isclass(o) and issubclass(o, nn.Module)]
-
-
-@cache
-def _calls(cls: type) -> frozenset[str]:
-    """The torch functions a ``torch.nn`` module's ``forward`` calls (``F.<name>(`` or
-    ``torch.<name>(`` in its source), and those of the ``torch.nn`` modules its ``__init__``
-    builds (``MultiheadAttention(`` inside ``TransformerEncoderLayer``)."""
-    found: set[str] = set()
-    for method, pattern in (("forward", r"(?:F|torch)\.(\w+)\("), ("__init__", r"(\w+)\(")):
-        fn = vars(cls).get(method)
-        try:
-            source = inspect.getsource(fn) if fn is not None else ""
-        except (OSError, TypeError):
-            continue
-        for name in re.findall(pattern, source):
-            if method == "forward":
-                found.add(name)
-                continue
-            sub = getattr(nn, name, None)
-            if inspect.isclass(sub) and issubclass(sub, nn.Module) and sub is not cls:
-                found |= _calls(sub)
-    return frozenset(found)
+# --- the parts handed to student code -----------------------------------
 
 
 PARTS: dict[str, Callable[[Part], Callable[..., Any]]] = {}
-"""Part kind -> a builder of the callable (topic modules register theirs)."""
+"""Part kind -> a builder of the callable (topic modules register theirs with ``part``)."""
 
 PREPARE: dict[str, Callable[[nn.Module, Call, Observation], bool]] = {}
 """How to get a constructed module ready besides ``load_state_dict`` (``Call.prepare`` names one):
@@ -438,12 +197,47 @@ class Unfit(Exception):  # noqa: N818 (an outcome, reported as a failure of kind
 
 SCENARIOS: dict[str, Callable[[Callable[[str], Any], Call], Observation]] = {}
 """How to run a ``Call``: ``"call"`` and topic-specific ones (e.g. the capstone's ``train_step``,
-handed a model and an optimiser). A scenario gets a lookup of notebook names and the call."""
+handed a model and an optimiser). A scenario gets a lookup of notebook names and the call;
+topic modules register theirs with ``scenario``."""
 
 AFTER_CHECK: list[Callable[[], None]] = []
 """Run when a check made in this process (a test cell in the student's kernel) has ended,
 passed or not: a scenario's moment to let go of what its calls left behind (notebook 10's
-compiled JAX programs)."""
+compiled JAX programs); registered with ``after_each_check``."""
+
+
+def _register(table: dict[str, Any], what: str, name: str, value: Any) -> Any:
+    if name in table:
+        raise ValueError(f"the {what} {name!r} is registered twice: each name is registered once")
+    table[name] = value
+    return value
+
+
+def scenario(name: str) -> Callable[[Callable[..., Observation]], Callable[..., Observation]]:
+    """Register the decorated function as the scenario ``name`` (``SCENARIOS``: how a ``Call``
+    whose ``scenario`` is ``name`` runs); a name registered twice raises ``ValueError``."""
+    return partial(_register, SCENARIOS, "scenario", name)
+
+
+def part(kind: str) -> Callable[[Callable[[Part], Any]], Callable[[Part], Any]]:
+    """Register the decorated function as the builder of the ``Part``s of ``kind`` (``PARTS``);
+    a kind registered twice raises ``ValueError``."""
+    return partial(_register, PARTS, "part kind", kind)
+
+
+def preparation(name: str) -> Callable[[Callable[..., bool]], Callable[..., bool]]:
+    """Register the decorated function as the preparation ``name`` (``PREPARE``, named by
+    ``Call.prepare``); a name registered twice raises ``ValueError``."""
+    return partial(_register, PREPARE, "preparation", name)
+
+
+def after_each_check(hook: Callable[[], None]) -> Callable[[], None]:
+    """Run ``hook`` when each check made in this process has ended (``AFTER_CHECK``); a hook
+    registered twice raises ``ValueError``. Returns ``hook`` (usable as a decorator)."""
+    if hook in AFTER_CHECK:
+        raise ValueError(f"the hook {hook.__qualname__} is registered twice after each check")
+    AFTER_CHECK.append(hook)
+    return hook
 
 
 class _Counted:
@@ -733,7 +527,10 @@ def _ipython() -> Any:
     return get() if get is not None else None
 
 
-def _failure(error: BaseException, phase: str, seen: list[str]) -> Failure:
+def failure_of(error: BaseException, phase: str, seen: list[str]) -> Failure:
+    """The ``Failure`` for ``error``, raised by the student's code in ``phase`` while
+    ``student_mode`` saw ``seen`` (a forbidden built-in seen first is the reason): what a
+    scenario records when the call it makes raises."""
     where, function = _student_frame(error)
     if seen or isinstance(error, _ForbiddenCallError):
         name = seen[0] if seen else error.name  # type: ignore[attr-defined]
@@ -770,8 +567,6 @@ def source_refusal(target: Any, exercise: str) -> Failure | None:
     judge applies them to the submitted notebook at autograde: the visible check refuses what
     autograde would, naming the construct and its line. None: no rule broken, or no source to
     read (code not from a notebook cell)."""
-    from .. import source_rules  # it imports this module
-
     files = []
     for fn in _functions_of(target):
         filename = fn.__code__.co_filename
@@ -797,8 +592,6 @@ def source_refusal(target: Any, exercise: str) -> Failure | None:
 
 
 def _refusal_failure(breach: Any) -> Failure:
-    from .. import source_rules
-
     where = f"{breach.cell}, line {breach.line}: {breach.construct}"
     if breach.own:
         return Failure("forbidden", breach.rule, "", "call", where)
@@ -853,7 +646,9 @@ class _MissingError(Exception):
     pass
 
 
-def _lookup_target(lookup: Callable[[str], Any], name: str) -> Any:
+def lookup_target(lookup: Callable[[str], Any], name: str) -> Any:
+    """The notebook's object ``name``; if it is not defined, the scenario stops and ``observe``
+    reports a failure of kind ``"missing"`` that says which cell to run."""
     try:
         return lookup(name)
     except (KeyError, NameError):
@@ -917,8 +712,10 @@ def kind_of(obj: Any) -> str:
     return f"a {type(obj).__qualname__}"
 
 
-def _run_call(lookup: Callable[[str], Any], call: Call) -> Observation:
-    target = _lookup_target(lookup, call.target)
+def run_call(lookup: Callable[[str], Any], call: Call) -> Observation:
+    """The scenario ``"call"``: look the target up, construct it if ``call.init`` says so, call
+    it on the arguments, backpropagate if asked; what a scenario of its own runs once or more."""
+    target = lookup_target(lookup, call.target)
     obs = Observation(info={"target": kind_of(target), "globals": global_names(target)})
     wanted = callable(target) if call.init is None else isinstance(target, type)
     if not wanted:
@@ -1029,7 +826,7 @@ def _run_target(target: Any, call: Call, obs: Observation) -> Observation:
         except Unfit as problem:  # a forbidden built-in seen on the way is the better reason
             obs.failure = Failure("missing", "", str(problem), phase) if not seen else None
         except Exception as error:  # anything the student's code raised is observed, not raised
-            obs.failure = _failure(error, phase, seen)
+            obs.failure = failure_of(error, phase, seen)
         if seen and obs.failure is None:
             obs.failure = seen_failure(seen[0], phase)
     obs.after = {name: t.detach().clone() for name, t in inputs.items()}
@@ -1038,7 +835,7 @@ def _run_target(target: Any, call: Call, obs: Observation) -> Observation:
     return obs
 
 
-SCENARIOS["call"] = _run_call
+scenario("call")(run_call)
 
 
 # --- which sub-module got what -------------------------------------------------------------------

@@ -11,8 +11,9 @@ key, and the mask drawn from the key), so that the grader's PyTorch reference ca
 masks. The outputs go back as torch tensors. JAX and Flax are imported only inside these
 functions: nbgrader's process, which builds the cases and judges, never imports them.
 
-The checks in ``n10_jax_encoder`` say what is run and register ``run`` as the ``"jax"`` scenario and
-``release_after_a_check`` among ``observe.AFTER_CHECK``; this module only runs it.
+The checks in ``n10_jax_encoder`` say what is run, and register ``run_jax`` as the ``"jax"``
+scenario and ``release_after_a_check`` with ``observe.after_each_check``; this module only runs
+them.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from . import observe
 from .observe import Call, Failure, Observation, Unfit, global_names, namespace_of
 
 
-def run(lookup: Callable[[str], Any], call: Call) -> Observation:
+def run_jax(lookup: Callable[[str], Any], call: Call) -> Observation:
     """Run ``call`` on the student's JAX code: ``options["setup"]`` is ``"function"`` (call the
     target once per ``options["runs"]`` entry ``(key seed, deterministic)``), ``"linear"`` (hand
     it an ``nnx.Linear`` to fill) or ``"module"`` (build it, load ``state`` with
@@ -41,7 +42,7 @@ def run(lookup: Callable[[str], Any], call: Call) -> Observation:
     if _SERVING[0] != call.exercise:  # a new exercise: a moment to release memory
         _SERVING[0] = call.exercise
         _release_if_in_a_kernel()
-    target = observe._lookup_target(lookup, call.target)
+    target = observe.lookup_target(lookup, call.target)
     setup = call.options.get("setup", "function")
     is_nnx_class = isinstance(target, type) and issubclass(target, nnx.Module)
     kind = "nnx module class" if is_nnx_class else observe.kind_of(target)
@@ -77,7 +78,7 @@ def run(lookup: Callable[[str], Any], call: Call) -> Observation:
         except Unfit as problem:
             obs.failure = Failure("missing", "", str(problem), phase) if not seen else None
         except Exception as error:  # anything the student's code raised is observed
-            obs.failure = observe._failure(error, phase, seen)
+            obs.failure = observe.failure_of(error, phase, seen)
         if seen and obs.failure is None:
             obs.failure = observe.seen_failure(seen[0], phase)
     obs.info["dropout"] = record

@@ -55,9 +55,9 @@ def test_every_named_mistake_can_be_told_from_the_reference(test_cell):
         if case.judge is not None:  # judged by properties: no catalogue of values
             continue
         atol, rtol = case.atol or 1e-6, case.rtol or 1e-5
-        want = runner._resolve(case.expected)
-        entries = [(m, v, want) for m, v in (runner._resolve(case.mistakes) or {}).items()]
-        grads = runner._resolve(case.grads) or {}
+        want = runner._computed(case.expected)
+        entries = [(m, v, want) for m, v in (runner._computed(case.mistakes) or {}).items()]
+        grads = runner._computed(case.grads) or {}
         entries += [(m, v, grads[n]) for n, w in case.grad_mistakes.items() for m, v in w.items()]
         for mistake, value, right in entries:
             mid = mistake.id

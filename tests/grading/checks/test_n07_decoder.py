@@ -23,7 +23,7 @@ import encoder_lib
 from encoder_lib import grading
 from encoder_lib.grading import ForbiddenCallError, GradingError, runner, wire
 from encoder_lib.grading.checks import n07_decoder
-from encoder_lib.grading.kernel import observe
+from encoder_lib.grading.kernel import forbidden, observe
 
 # test cell grade_id -> (answer cell grade_id, the name the answer defines, its check)
 CHECKS = {
@@ -129,10 +129,10 @@ def test_the_given_attention_may_use_the_fused_kernel():
     F.scaled_dot_product_attention when need_weights=False (the solution's DecoderLayer does):
     it does none of the exercises' work, so it is not trapped."""
     for name in ("causal_self_attention", "cross_attention", "decoder_layer"):
-        assert F.scaled_dot_product_attention not in observe.FORBIDDEN[name].torch
-    assert F.multi_head_attention_forward in observe.FORBIDDEN["decoder_layer"].torch
-    assert encoder_lib.causal_mask in observe.FORBIDDEN["causal_self_attention"].python
-    assert encoder_lib.causal_mask not in observe.FORBIDDEN["decoder_layer"].python
+        assert F.scaled_dot_product_attention not in forbidden.FORBIDDEN[name].torch
+    assert F.multi_head_attention_forward in forbidden.FORBIDDEN["decoder_layer"].torch
+    assert encoder_lib.causal_mask in forbidden.FORBIDDEN["causal_self_attention"].python
+    assert encoder_lib.causal_mask not in forbidden.FORBIDDEN["decoder_layer"].python
 
 
 # --- the parts handed to student code cross the wire ---------------------------------------------

@@ -91,7 +91,7 @@ def test_the_layer_written_out_by_the_catalogue_is_the_reference(train):
                 ref, x, mask, window, train, n09_modern_encoder._Way()
             )
 
-        right = layer_cases.catalogue(ref, train, {"": written_out})[""]
+        right = layer_cases.mistake_values(ref, train, {"": written_out})[""]
         assert vocabulary.close(right, case.expected, *vocabulary.tolerance(case, case.expected)), (
             case.what
         )

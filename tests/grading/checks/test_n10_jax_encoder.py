@@ -154,8 +154,8 @@ def test_every_named_mistake_can_be_told_from_the_reference():
                 continue
             if case.call.train:
                 _recorded(case)
-            want = runner._resolve(case.expected)
-            for text, value in (runner._resolve(case.mistakes) or {}).items():
+            want = runner._computed(case.expected)
+            for text, value in (runner._computed(case.mistakes) or {}).items():
                 differs = not vocabulary.close(value, want, case.atol, case.rtol)
                 seen[text] = seen.get(text, False) or differs
         assert all(seen.values()), [text for text, differs in seen.items() if not differs]
@@ -166,12 +166,13 @@ def test_the_grader_s_side_never_imports_jax():
     process judges notebook 10 with torch alone."""
     code = (
         "import sys\n"
-        "from encoder_lib.grading import n10_jax_encoder, runner\n"
+        "from encoder_lib.grading import runner\n"
+        "from encoder_lib.grading.checks import n10_jax_encoder\n"
         "for exercise in runner.EXERCISES.values():\n"
         "    if exercise.topic != n10_jax_encoder.__name__: continue\n"
         "    for case in exercise.cases(True):\n"
         "        if case.call.train: continue  # needs an answer's masks; same formulas\n"
-        "        runner._resolve(case.expected); runner._resolve(case.mistakes)\n"
+        "        runner._computed(case.expected); runner._computed(case.mistakes)\n"
         "assert not {'jax', 'flax'} & set(sys.modules)\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -56,7 +56,7 @@ def test_the_grader_side_never_imports_jax():
     import sys
 
     code = (
-        "import sys; from encoder_lib.grading import n10_jax_encoder as J; "
+        "import sys; from encoder_lib.grading.checks import n10_jax_encoder as J; "
         "list(J._cases(True)); assert 'jax' not in sys.modules, 'jax imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -1,5 +1,5 @@
 """After a kernel restart, in a real kernel: what a student sees when a cell needs cells that
-have not run yet (``encoder_lib.grading.kernel.restart_hints``).
+have not run yet (``encoder_lib.grading.restart_hints``).
 
 The most common beginner stumble: the kernel restarts (or the notebook is reopened) and the
 student runs the cell in front of them. A test cell then names an answer that is not defined, and
@@ -18,7 +18,7 @@ from IPython.core.inputtransformer2 import TransformerManager
 from nbclient import NotebookClient
 from pipeline import course as C
 
-from encoder_lib.grading.kernel.restart_hints import SETUP_NAMES
+from encoder_lib.grading.restart_hints import SETUP_NAMES
 from tools.build_course import SOLUTIONS, assignments
 
 ASSIGNMENT = "01_self_attention"

@@ -188,7 +188,7 @@ def test_only_the_given_stub_is_not_written_yet():
 
 
 def test_a_returned_report_offers_no_hint():
-    from encoder_lib.autograde.judge import for_report
+    from encoder_lib.autograde.judge_execute import for_report
 
     error = GradingError(grading.feedback.Hinted("the problem.", "a hint"), "f(x)", "Exercise 1")
     assert error.hint == "a hint"

@@ -7,10 +7,10 @@ that a student sees a refusal before submitting.
 
 Two kinds of rule:
 
-- **The exercise's own** (``observe.rules``): the answer must not name what does the exercise's
+- **The exercise's own** (``forbidden.rules``): the answer must not name what does the exercise's
   work, in any of its forms: the function, its operator-registry forms (``torch.ops.aten.<op>``
   packets and overloads), its Tensor-method form, the ``torch.nn`` modules whose ``forward``
-  calls it (``observe.expanded``), found by resolving each dotted name through the imports
+  calls it (``forbidden.expanded``), found by resolving each dotted name through the imports
   (``F.layer_norm`` -> ``torch.nn.functional.layer_norm``) and comparing objects. An exercise
   without a list of its own gets the course-wide one: ``encoder_lib``'s reference for the thing
   being written.
@@ -40,7 +40,7 @@ from importlib.machinery import PathFinder
 from types import ModuleType
 from typing import Any
 
-from .kernel.observe import Expanded, Forbidden, expanded
+from .forbidden import Expanded, Forbidden, expanded
 
 __all__ = [
     "Breach",
@@ -246,7 +246,7 @@ class Breach:
     """What the source says, e.g. ``"sys.setprofile"``, ``"F.layer_norm"``."""
     rule: str
     """Why it is not allowed, in the student's terms; for the exercise's own rule, the name
-    of the forbidden built-in (as ``observe.Forbidden`` gives it)."""
+    of the forbidden built-in (as ``forbidden.Forbidden`` gives it)."""
     own: bool
     """True: the exercise's own rule (a forbidden built-in); False: everyone's."""
     mistake: str = MISTAKE
@@ -477,7 +477,7 @@ def cell_breaches(
     modules: bool = True,
 ) -> list[Breach]:
     """The rules ``source`` (one answer cell) breaks: everyone's, and ``forbidden``'s (in every
-    form, ``observe.expanded``) if given. ``names``: what each imported name is (``aliases``).
+    form, ``forbidden.expanded``) if given. ``names``: what each imported name is (``aliases``).
     ``modules=False``: a ``torch.nn`` module that calls a forbidden function is left to the
     kernel's trap, which sees the call (the kernel's reading skips their 0.4 s survey)."""
     tree = parse(source)

@@ -9,7 +9,7 @@ import re
 import sys
 import traceback
 
-from ..feedback import GradingError
+from .feedback import GradingError
 
 __all__ = ["SETUP_NAMES", "install_hints"]
 
