@@ -28,7 +28,7 @@ __all__ = [
     "Forbidden",
     "FORBIDDEN",
     "COURSE_WIDE",
-    "EXERCISES",
+    "EXERCISE_TARGETS",
     "forbid",
     "note_exercise",
     "rules",
@@ -104,7 +104,7 @@ thing being written under another name (``"module:qualname"``). ``rules`` adds e
 and the exercise's ``reference`` when it is ``encoder_lib``'s."""
 
 
-EXERCISES: dict[str, list[tuple[str, Any]]] = {}
+EXERCISE_TARGETS: dict[str, list[tuple[str, Any]]] = {}
 """Exercise name -> ``(target, reference)`` of each exercise so named: what the course-wide list
 forbids besides ``COURSE_WIDE`` (``encoder_lib``'s code named like the target, and the reference
 when it is ``encoder_lib``'s). ``runner.register`` notes each exercise here (``note_exercise``)."""
@@ -113,7 +113,7 @@ when it is ``encoder_lib``'s). ``runner.register`` notes each exercise here (``n
 def note_exercise(name: str, target: str, reference: Any = None) -> None:
     """Note the exercise ``name``, whose answer the notebook defines as ``target`` and whose
     reference is ``reference``, for its course-wide list (``rules``)."""
-    EXERCISES.setdefault(name, []).append((target, reference))
+    EXERCISE_TARGETS.setdefault(name, []).append((target, reference))
 
 
 def rules(exercise: str) -> Forbidden:
@@ -127,7 +127,7 @@ def rules(exercise: str) -> Forbidden:
 
 @cache
 def _course_wide(exercise: str) -> Forbidden:
-    known = EXERCISES.get(exercise, [])
+    known = EXERCISE_TARGETS.get(exercise, [])
     wanted = {_plain(exercise), *(_plain(target) for target, _ in known)}
     found: dict[Any, str] = {}
     for where in COURSE_WIDE.get(exercise, ()):
