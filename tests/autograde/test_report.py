@@ -21,7 +21,8 @@ import nbformat
 import pytest
 
 from encoder_lib.autograde import records
-from encoder_lib.autograde import report as R
+from encoder_lib.autograde.report import data as R
+from encoder_lib.autograde.report.page import write
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -118,7 +119,7 @@ def test_a_cascade_is_counted_once_at_its_root_with_the_points_it_cost():
         _row("s3", "t1", 2, True),
         _row("s3", "t4", 3, False, "mismatch", message="differs at index (1, 0) by 0.5"),
     ]
-    table = R.exercises(rows)
+    table = R.summarize(rows)
     first, fourth = table["01", "t1"], table["01", "t4"]
     assert (len(first.judged), len(first.correct)) == (3, 2)
     assert {m.id: m.students for m in first.named.values()} == {"scaled-by-d-k": {"s1"}}
@@ -128,7 +129,7 @@ def test_a_cascade_is_counted_once_at_its_root_with_the_points_it_cost():
     assert dict(fourth.cascaded) == {"Exercise 1 · a": {"s1"}}
     (group,) = fourth.unexplained.values()
     assert group.students == {"s2", "s3"} and fourth.lost == 6
-    assert [ex.test_cell for ex in R.ranked(table)] == ["t4", "t1"]  # 2 students, then 1
+    assert [s.test_cell for s in R.ranked(table)] == ["t4", "t1"]  # 2 students, then 1
     assert [(r.student, r.mistake) for r in R.office_hours(rows)["s1"]] == [("s1", "scaled-by-d-k")]
     assert [r.status for r in rows] == ["named"] * 2 + ["correct", "unexplained"] * 2
 
@@ -138,7 +139,7 @@ def test_an_unexplained_cascade_joins_its_roots_own_failure():
         _row("s4", "t1", 2, False, "mismatch", message="the scores differ by 0.5"),
         _row("s4", "t4", 3, False, "mismatch", "t1", "this comes from your a: differ by 0.5"),
     ]
-    table = R.exercises(rows)
+    table = R.summarize(rows)
     (group,) = table["01", "t1"].unexplained.values()
     assert group.students == {"s4"} and group.wording == "the scores differ by 0.5"
     assert table["01", "t1"].lost == 5 and table["01", "t4"].unexplained == {}
@@ -150,7 +151,7 @@ def test_the_csv_has_one_row_per_verdict_with_its_columns(tmp_path):
         _row("s2", "t1", 2, True),
     ]
     report = R.Report("c", ["01"], rows, R.Problems(), Counter({"01": 2}), {"01": ["t1"]})
-    page, table = R.write(report, tmp_path / "mistakes.html")
+    page, table = write(report, tmp_path / "mistakes.html")
     lines = table.read_text(encoding="utf-8").splitlines()
     assert lines[0] == ",".join(R.CSV_COLUMNS)
     assert lines[1:] == [

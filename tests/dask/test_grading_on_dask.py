@@ -73,7 +73,7 @@ def test_grades_on_dask_equal_plain_nbgrader_cell_by_cell(plain, on_dask):
 
 
 def test_verdicts_on_dask_equal_plain_nbgrader_and_the_reports_agree(plain, on_dask):
-    from encoder_lib.autograde import report
+    from encoder_lib.autograde.report.data import build
 
     course, _ = on_dask
     recorded = verdicts(course)
@@ -81,7 +81,7 @@ def test_verdicts_on_dask_equal_plain_nbgrader_and_the_reports_agree(plain, on_d
     assert None not in recorded.values()
     blank = {v.mistake for (s, _, _), v in recorded.items() if s == R.BLANK}
     assert blank == {"not-written"}
-    rows = [report.build(c.root, list(ASSIGNMENTS)).rows for c in (course, plain)]
+    rows = [build(c.root, list(ASSIGNMENTS)).rows for c in (course, plain)]
     assert [r.csv() for r in rows[0]] == [r.csv() for r in rows[1]]
 
 

@@ -25,7 +25,7 @@ import pytest
 from nbgrader.api import Gradebook
 
 from encoder_lib.autograde import records
-from encoder_lib.autograde import report as R
+from encoder_lib.autograde.report import data as R
 from encoder_lib.grading import GradingError, runner
 from pipeline import course as C
 from pipeline import roster
@@ -108,21 +108,19 @@ def expected_counts(truth: dict, plan: roster.Plan) -> dict:
 
 
 def report_counts(report: R.Report) -> dict:
-    table = R.exercises(report.rows)
+    table = R.summarize(report.rows)
     return {
-        "correct": {key: len(ex.correct) for key, ex in table.items() if ex.correct},
+        "correct": {key: len(s.correct) for key, s in table.items() if s.correct},
         "named": {
-            (a, cell, m.id): m.students
-            for (a, cell), ex in table.items()
-            for m in ex.named.values()
+            (a, cell, m.id): m.students for (a, cell), s in table.items() for m in s.named.values()
         },
         "unexplained": {
-            key: set().union(*(g.students for g in ex.unexplained.values()))
-            for key, ex in table.items()
-            if ex.unexplained
+            key: set().union(*(g.students for g in s.unexplained.values()))
+            for key, s in table.items()
+            if s.unexplained
         },
-        "rooted": {key: ex.rooted for key, ex in table.items() if ex.rooted},
-        "lost": {key: ex.lost for key, ex in table.items() if ex.lost},
+        "rooted": {key: s.rooted for key, s in table.items() if s.rooted},
+        "lost": {key: s.lost for key, s in table.items() if s.lost},
     }
 
 
@@ -168,8 +166,8 @@ def test_report_counts_equal_the_planted_mistakes(graded, truth):
     assert report.submissions == Counter(a for _, a in truth)
     assert report_counts(report) == expected_counts(truth, graded.plan)
     # a cascade is counted once, at its root, and shown where it cost points
-    table = R.exercises(report.rows)
-    cascades = sum(len(who) for ex in table.values() for who in ex.cascaded.values())
+    table = R.summarize(report.rows)
+    cascades = sum(len(who) for s in table.values() for who in s.cascaded.values())
     planted_cascades = sum(
         1 for cells in truth.values() for cell, v in cells.items() if v and v[1] != cell
     )

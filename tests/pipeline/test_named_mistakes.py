@@ -17,7 +17,8 @@ from __future__ import annotations
 import pytest
 
 from encoder_lib.autograde import records
-from encoder_lib.autograde import report as R
+from encoder_lib.autograde.report import data as R
+from encoder_lib.autograde.report.page import write
 from pipeline import course as C
 from pipeline import roster
 
@@ -71,7 +72,7 @@ def test_each_planted_mistake_is_recorded_by_its_id_and_said_on_the_feedback_pag
 def test_the_report_counts_each_under_its_id_with_the_checks_wording(named_class):
     course, layouts, students, _, assignments = named_class
     report = R.build(course.root, assignments, student="bug-*")
-    table = R.exercises(report.rows)
+    table = R.summarize(report.rows)
     for student, (a, variant) in students.items():
         own = _own_test_cell(layouts[a], variant.cell)
         named = table[a, own].named
@@ -84,5 +85,5 @@ def test_the_report_counts_each_under_its_id_with_the_checks_wording(named_class
         if " raised " in tally.wording:
             low = tally.wording.lower()
             assert low.find(variant.says.lower()) < low.find(" raised "), tally.wording
-    page, _ = R.write(report, course.root / "report" / "report.html")
+    page, _ = write(report, course.root / "report" / "report.html")
     assert " 1 points" not in page.read_text()
