@@ -9,7 +9,7 @@ so, never an exception.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import nbformat
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
@@ -17,10 +17,20 @@ from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from encoder_lib.grading import wire
 from encoder_lib.grading.kernel.observe import Call, Failure, Observation
 
-if TYPE_CHECKING:
-    from encoder_lib.autograde.judge_execute import JudgeExecute
+__all__ = ["KernelAsk", "KernelClient"]
 
-__all__ = ["KernelAsk"]
+
+class KernelClient(Protocol):
+    """What ``KernelAsk`` needs of nbgrader's kernel client (``judge_execute.JudgeExecute`` is
+    one): the notebook being graded, a way to run a cell in the kernel, and a way to bring the
+    kernel back after it died or hung."""
+
+    nb: nbformat.NotebookNode
+    timeout: int | None
+
+    def execute_cell(self, cell: Any, index: int, store_history: bool = True) -> Any: ...
+
+    def recover(self) -> None: ...
 
 
 class KernelAsk:
@@ -28,7 +38,7 @@ class KernelAsk:
     ``prefetch`` sends an exercise's calls in one request; a call not answered by it (or asked
     later, by a probe) makes its own round trip."""
 
-    def __init__(self, client: JudgeExecute, index: int):
+    def __init__(self, client: KernelClient, index: int):
         self.client = client
         self.index = index
         self.answers: dict[int, Observation] = {}
