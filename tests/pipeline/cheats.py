@@ -564,8 +564,9 @@ TRAPS_OFF = {
         "torch._C.DisableTorchFunction",
     ),
     "forbidden_table_emptied": (
-        "from encoder_lib.grading import observe as _observe\n\n_observe.FORBIDDEN.clear()\n",
-        "from encoder_lib.grading import observe",
+        "from encoder_lib.grading.kernel import forbidden as _forbidden\n\n"
+        "_forbidden.FORBIDDEN.clear()\n",
+        "from encoder_lib.grading.kernel import forbidden",
     ),
     "serve_wrapped": (
         "import encoder_lib\n\n_wire = encoder_lib.grading.wire\n"
