@@ -1,6 +1,6 @@
 """What every notebook's setup cell calls: the same seed, thread count and quiet warnings
 locally, on Binder and under nbgrader, and the hints that tell a student which cells to run
-after a kernel restart (``encoder_lib.grading.kernel.restart_hints``, installed from here and
+after a kernel restart (``encoder_lib.grading.restart_hints``, installed from here and
 by every test cell's ``from encoder_lib import grading``)."""
 
 from __future__ import annotations

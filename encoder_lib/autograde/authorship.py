@@ -10,10 +10,10 @@ where it is, counted in the instructor's report under the rule's id
 (``source_rules.MISTAKES``: ``authorship-reflection``, ``authorship-thread``...; the exercise's
 own rule is ``forbidden-built-in``).
 
-The rules themselves are ``encoder_lib.grading.source_rules`` (the visible checks apply the same
-ones in the kernel, to the cell that defines the answer). Here they are applied to a notebook:
+The rules themselves are ``encoder_lib.grading.kernel.source_rules`` (the visible checks apply the
+same ones in the kernel, to the cell that defines the answer). Here they are applied to a notebook:
 
-- **the exercise's own** (``observe.rules``: its forbidden built-ins in every form, or the
+- **the exercise's own** (``forbidden.rules``: its forbidden built-ins in every form, or the
   course-wide list when it has none) to its own answer cells (those between the previous judged
   test cell and its own). Only the exercise's own cells: a later exercise may forbid what an
   earlier one needs (``count_parameters`` forbids the ``nn.Linear`` that ``FeedForward`` is
@@ -64,7 +64,7 @@ __all__ = [
 
 def breaches(cells: Sequence[Any], index: int, exercise: str) -> tuple[list[Breach], list[Breach]]:
     """``(own, earlier)``: the rules broken by the answer cells before ``cells[index]`` (the
-    test cell of ``exercise``, a key of ``observe.FORBIDDEN``). ``own``: by the exercise's own
+    test cell of ``exercise``, a key of ``forbidden.FORBIDDEN``). ``own``: by the exercise's own
     answer cells (those after the previous judged test cell): everyone's rules and the
     exercise's forbidden built-ins; ``earlier``: everyone's rules, broken by the answer cells of
     exercises graded before it. Imports anywhere before the test cell (the setup cell's

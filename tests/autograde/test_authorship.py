@@ -119,9 +119,11 @@ EVASIONS = {
     "get_ipython().events.register('post_run_cell', print)": "get_ipython",
     "%load_ext autoreload": "%load_ext",
     "!pip install something": "!pip",
-    "from encoder_lib.grading import observe\nobserve.FORBIDDEN.clear()": "from encoder_lib",
+    "from encoder_lib.grading.kernel import forbidden\nforbidden.FORBIDDEN.clear()": (
+        "from encoder_lib"
+    ),
     "import encoder_lib.autograde": "import encoder_lib.autograde",
-    "encoder_lib.grading.kernel.observe.FORBIDDEN.clear()": "encoder_lib.grading",
+    "encoder_lib.grading.kernel.forbidden.FORBIDDEN.clear()": "encoder_lib.grading",
     "import types\nf = types.FunctionType": "import types",
     "torch.allclose = lambda *a, **k: True": "torch.allclose = ...",
     "F.softmax = print": "F.softmax = ...",

@@ -23,7 +23,7 @@ from variants import ASSIGNMENTS
 
 from encoder_lib.autograde import authorship as A
 from encoder_lib.grading import GradingError, runner
-from encoder_lib.grading.kernel import observe
+from encoder_lib.grading.kernel import forbidden, observe
 
 
 @cache
@@ -352,7 +352,7 @@ def test_every_form_of_a_forbidden_function_is_one_name():
     import torch.nn.functional as F
     from torch import nn
 
-    forms = observe.expanded(observe.rules("layer_norm"))
+    forms = forbidden.expanded(forbidden.rules("layer_norm"))
     for obj in (
         F.layer_norm,
         torch.layer_norm,
@@ -369,9 +369,9 @@ def test_every_form_of_a_forbidden_function_is_one_name():
 def test_an_exercise_without_a_list_gets_the_course_wide_rules():
     import encoder_lib
 
-    names = set(observe.rules("masked_mean").python.values())
+    names = set(forbidden.rules("masked_mean").python.values())
     assert "encoder_lib.minilm.mean_pool" in names
-    assert observe.rules("masked_mean").python.get(encoder_lib.mean_pool)
+    assert forbidden.rules("masked_mean").python.get(encoder_lib.mean_pool)
 
 
 # --- the kernel's side of the rules on every correct variant -------------------------------------

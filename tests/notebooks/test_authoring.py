@@ -232,7 +232,7 @@ def test_every_other_notebook_links_to_the_rules_from_its_introduction(name):
 
 def test_what_the_rules_say_is_never_allowed_is_refused_by_the_source_rules():
     """Each name the students' "Never in an answer cell" list gives is refused by
-    ``encoder_lib.grading.source_rules`` when an answer uses it (the text and the engine agree)."""
+    ``encoder_lib.grading.kernel.source_rules`` when an answer uses it (the text and the engine agree)."""
     from encoder_lib.grading.kernel.source_rules import aliases, cell_breaches, parse
 
     never = next(line for line in _rules_section().split("\n- ") if line.startswith("Never"))

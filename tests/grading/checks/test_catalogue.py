@@ -17,7 +17,7 @@ and hidden parts together (a test cell above it gives its verdict before the ans
   nbgrader's process and the student's kernel at autograde) as when judged in one process.
 
 Topic-specific behaviour (forbidden built-ins, tampering, loaders...) is tested beside it, in
-test_<topic>_checks.py.
+test_nNN_<notebook>.py.
 """
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ other witnesses are named by their exercise's catalogue."""
 
 SEEN_ONLY_WITH_AN_ANSWER = {("test_jax_encoder_block", "dropout-on-the-sum")}
 """Mistakes that show only in training mode, where the case's values are computed from the
-dropout masks the answer records: test_jax_checks.py tries them with recorded masks."""
+dropout masks the answer records: test_n10_jax_encoder.py tries them with recorded masks."""
 
 
 @pytest.mark.parametrize("test_cell", sorted(runner.EXERCISES))
