@@ -118,7 +118,9 @@ def refusal(exercise: runner.Exercise, own: Sequence[Breach], earlier: Sequence[
     fields = {"cell": first.cell, "construct": first.construct, "line": first.line}
     if first.own:
         error: GradingError = ForbiddenCallError(
-            OWN_FORBIDDEN.format(name=first.rule, **fields), mistake="forbidden-built-in"
+            OWN_FORBIDDEN.format(name=first.rule, **fields),
+            mistake="forbidden-built-in",
+            parts={"name": first.rule},
         )
         if exercise.rewrite is not None:
             error = exercise.rewrite(error, None, [])

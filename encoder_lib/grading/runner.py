@@ -734,9 +734,9 @@ def _check_module(case: Case, facts: Mapping[str, Any] | None) -> None:
     for sub, qualified in facts.get("submodules", {}).items():
         name = spec.forbidden_submodules.get(qualified)
         if name:
+            parts = {"who": f"{case.call.target} (self.{sub})", "name": name}
             raise ForbiddenCallError(
-                CALLS_FORBIDDEN.format(who=f"{case.call.target} (self.{sub})", name=name),
-                mistake="forbidden-built-in",
+                CALLS_FORBIDDEN.format(**parts), mistake="forbidden-built-in", parts=parts
             )
     params: Mapping[str, torch.Tensor] = facts.get("parameters", {})
     plain = facts.get("not_parameters", {})
@@ -805,8 +805,11 @@ def _structure(case: Case, expected: Any, got: Any) -> list[tuple[str, Any, Any,
                 f"{name} should be a torch.Tensor, got {describe(g)}.", mistake="not-a-tensor"
             )
         if isinstance(e, int) and type(e) is not bool and type(g) is not int:
+            parts = {"name": name, "got": describe(g)}
             raise GradingError(
-                f"{name} should be a Python int, got {describe(g)}.", mistake="not-an-int"
+                "{name} should be a Python int, got {got}.".format(**parts),
+                mistake="not-an-int",
+                parts=parts,
             )
     return items
 

@@ -17,7 +17,6 @@ hidden units out (``_read_back``).
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable, Iterator
 from functools import partial
 
@@ -506,18 +505,19 @@ def _count_cases(thorough: bool) -> Iterator[Case]:
 def _count_rewrite(error: GradingError, case: Case, passed: list[Case]) -> GradingError:
     """The count builds no module and is a plain int: say so in this exercise's terms."""
     if isinstance(error, ForbiddenCallError):
-        built = re.search(r" calls (.+?), which already", error.problem)
+        built = error.parts.get("name") or "a built-in"
         return ForbiddenCallError(
-            f"it builds a module ({built[1] if built else 'a built-in'}) to count its "
+            f"it builds a module ({built}) to count its "
             "parameters, which earns no points: this exercise asks for the formula. Count the "
             "entries of each weight matrix and bias from d_model and d_ff.",
             mistake=error.mistake,
         )
-    if " should be a Python int, got " in error.problem:
+    if error.mistake == "not-an-int":
+        said = "{name} should return a Python int, got {got}".format(**error.parts)
         return GradingError(
-            error.problem.replace(" should be ", " should return ", 1).rstrip(".")
-            + ". Use integer arithmetic (*, +, //) and no tensors or floats.",
+            said.rstrip(".") + ". Use integer arithmetic (*, +, //) and no tensors or floats.",
             mistake=error.mistake,
+            parts=error.parts,
         )
     return error
 
