@@ -173,10 +173,8 @@ class GradingError(AssertionError):
         return new
 
     def located(self, exercise: str | None = None, tried: str | None = None) -> GradingError:
-        """The same error with ``exercise`` and ``tried`` filled in where they were missing."""
-        self.exercise = self.exercise or exercise
-        self.tried = self.tried or tried
-        return self
+        """A new error with ``exercise`` and ``tried`` filled in where they were missing."""
+        return self.replaced(exercise=self.exercise or exercise, tried=self.tried or tried)
 
     def __str__(self) -> str:
         parts = [f"{self.tried}:" if self.tried else "", self.problem]

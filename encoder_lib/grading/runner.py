@@ -395,7 +395,7 @@ def _run_trials(exercise: Exercise, ask: Ask, trials: list[tuple[Case, bool]]) -
             error = error.located(exercise.title, case.what)
             if exercise.rewrite is not None:
                 error = exercise.rewrite(error, case, passed).located(exercise.title, case.what)
-            error.observation = obs  # type: ignore[attr-defined]
+            error.observation = obs  # type: ignore[attr-defined]  (on the copy made just above)
             raise error from None
         passed.append(case)
 
@@ -417,9 +417,9 @@ def _trace(exercise: Exercise, ask: Ask, thorough: bool, error: GradingError) ->
     """``error``, or the message naming the earlier exercise where the mistake lives."""
     if error.mistake == "calls-unwritten":  # the mistake: that exercise is not written
         stub = _stub_exercise(exercise, getattr(error, "observation", None))
-        if stub is not None:
-            error.mistake, error.root, error.root_title = "not-written", stub.test_cell, stub.title
-        return error
+        if stub is None:
+            return error
+        return error.replaced(mistake="not-written", root=stub.test_cell, root_title=stub.title)
     if isinstance(error, ForbiddenCallError):
         return _forbidden_root(exercise, ask, thorough, error)
     if isinstance(error, NotWrittenYet):
@@ -462,9 +462,9 @@ def _forbidden_root(
         try:
             run(dep, ask, thorough)
         except ForbiddenCallError as cause:
-            error.root = cause.root or dep.test_cell
-            error.root_title = cause.root_title or dep.title
-            return error
+            return error.replaced(
+                root=cause.root or dep.test_cell, root_title=cause.root_title or dep.title
+            )
         except GradingError:
             continue
     return error

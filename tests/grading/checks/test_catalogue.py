@@ -25,9 +25,13 @@ from __future__ import annotations
 import pytest
 import torch
 from grading.notebook_namespace import (
-    SolutionNotebook,
+    NOTEBOOKS,
+    cells_below,
     expect_exported,
+    grade_test_cells,
+    own_test_cell,
     returning_subclass,
+    run_test_cells,
     stub,
     verdicts_here_and_wired,
 )
@@ -35,48 +39,6 @@ from variants import ASSIGNMENTS, Variant
 
 from encoder_lib import grading
 from encoder_lib.grading import GradingError, runner
-
-NOTEBOOKS = {assignment: SolutionNotebook(assignment) for assignment in ASSIGNMENTS}
-
-
-def own_test_cell(notebook: SolutionNotebook, answer: str) -> str:
-    """The test cell that grades ``answer``: the first one after it in the notebook."""
-    return cells_below(notebook, answer)[0]
-
-
-def cells_below(notebook: SolutionNotebook, answer: str) -> list[str]:
-    """The test cells below ``answer`` in the notebook: the only ones its source can change. At
-    autograde, as in Run All, cells run in order, so a test cell above an answer has given its
-    verdict before the answer exists (the reference's verdict, which
-    test_reference_solution_keeps_every_point_silently proves is full points)."""
-    order = list(notebook.cells)
-    return [t for t in order[order.index(answer) :] if t in notebook.tests]
-
-
-def run_test_cells(
-    notebook: SolutionNotebook, replace: dict[str, str], test_cells: list[str] | None = None
-) -> dict[str, GradingError | None]:
-    """Each of ``test_cells``' ``GradingError`` (which scores it 0), or None when it keeps its
-    points, with the answer cells in ``replace`` (grade_id -> source) replaced. By default the
-    test cells below the first replaced answer (``cells_below``)."""
-    if test_cells is None:
-        first = next(answer for answer in notebook.answers if answer in replace)
-        test_cells = cells_below(notebook, first)
-    return grade_test_cells(notebook, notebook.namespace(replace), test_cells)
-
-
-def grade_test_cells(
-    notebook: SolutionNotebook, namespace: dict, test_cells: list[str] | None = None
-) -> dict[str, GradingError | None]:
-    """``run_test_cells`` in a namespace already built (default: every test cell)."""
-    errors: dict[str, GradingError | None] = {}
-    for test_cell in notebook.tests if test_cells is None else test_cells:
-        try:
-            notebook.execute(test_cell, namespace)
-            errors[test_cell] = None
-        except GradingError as e:
-            errors[test_cell] = e
-    return errors
 
 
 def _params(kind: str) -> list:

@@ -18,7 +18,7 @@ import pickle
 
 import pytest
 from grading.engine.test_runner import WITNESSES, _notebook_01, _variant
-from test_catalogue import NOTEBOOKS, own_test_cell, run_test_cells
+from grading.notebook_namespace import NOTEBOOKS, own_test_cell, run_test_cells
 
 from encoder_lib import grading
 from encoder_lib.grading import GradingError, runner, vocabulary

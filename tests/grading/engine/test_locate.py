@@ -16,7 +16,7 @@ import dataclasses
 
 import pytest
 import torch
-from test_catalogue import NOTEBOOKS, own_test_cell
+from grading.notebook_namespace import NOTEBOOKS, own_test_cell
 from variants import Variant
 
 from encoder_lib.grading import runner, vocabulary

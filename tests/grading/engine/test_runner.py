@@ -9,8 +9,13 @@ from collections import Counter
 
 import pytest
 import torch
-from grading.notebook_namespace import SolutionNotebook, returning_subclass
-from test_catalogue import NOTEBOOKS, own_test_cell, run_test_cells
+from grading.notebook_namespace import (
+    NOTEBOOKS,
+    SolutionNotebook,
+    own_test_cell,
+    returning_subclass,
+    run_test_cells,
+)
 from variants import Variant
 
 from encoder_lib import grading
