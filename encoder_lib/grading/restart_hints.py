@@ -60,27 +60,33 @@ def _explain(shell, etype, value, tb, tb_offset=None):
         if lines is not None:
             shell._showtraceback(etype, value, lines)
             return None
-    elif _setup_name_missing(shell, value):
-        value.headline = "cannot be checked yet"
+    else:
+        value = _with_setup_hint(shell, value)
     shell.showtraceback((etype, value, tb), tb_offset=tb_offset, running_compiled_code=True)
     return None
 
 
-_RAISED = re.compile(r"raised NameError: name '(\w+)' is not defined\.?")
+_UNDEFINED = re.compile(r"name '(\w+)' is not defined")
+"""Python's own message of a NameError (the kernel sends the exception's text, not its name)."""
 _SETUP_CELL = "the setup cell (the first code cell)"
 
 
-def _setup_name_missing(shell, error) -> bool:
-    """If ``error`` (a failed check) comes from a setup-cell name the kernel lacks, say so in it."""
-    found = _RAISED.search(getattr(error, "problem", ""))
-    if not found or found[1] not in SETUP_NAMES or found[1] in shell.user_ns:
-        return False
-    error.problem = (
-        f"{error.problem.rstrip('.')}. {found[1]} is imported by {_SETUP_CELL}, which has not "
-        "run in this kernel (after a restart nothing has): run the setup cell first, then this "
-        "cell again."
+def _with_setup_hint(shell, error):
+    """``error``, or, when it is a failed check whose answer raised NameError for a setup-cell
+    name the kernel lacks, a copy of it that says to run the setup cell."""
+    parts = getattr(error, "parts", None) or {}
+    found = _UNDEFINED.search(parts.get("message") or "")
+    if parts.get("raised") != "NameError" or not found:
+        return error
+    if found[1] not in SETUP_NAMES or found[1] in shell.user_ns:
+        return error
+    told = error.replaced(
+        problem=f"{error.problem.rstrip('.')}. {found[1]} is imported by {_SETUP_CELL}, which has "
+        "not run in this kernel (after a restart nothing has): run the setup cell first, then "
+        "this cell again."
     )
-    return True
+    told.headline = "cannot be checked yet"
+    return told
 
 
 def _name_error(shell, error: NameError, tb) -> list[str] | None:

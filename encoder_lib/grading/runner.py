@@ -449,6 +449,7 @@ def _trace(exercise: Exercise, ask: Ask, thorough: bool, error: GradingError) ->
                 mistake=cause.mistake,
                 root=cause.root or dep.test_cell,
                 root_title=cause.root_title or dep.title,
+                parts=cause.parts,  # its wording holds the cause's whole, values included
             )
     return error
 
@@ -710,7 +711,8 @@ def failure_error(case: Case, failure: Failure) -> GradingError:
             mistake="parameters-do-not-load",
         )
     hint = case.failure_hint(failure) if case.failure_hint is not None else None
-    text = f"{who} raised {failure.error}: {failure.message}".rstrip()
+    parts = {"who": who, "raised": failure.error, "message": failure.message}
+    text = "{who} raised {raised}: {message}".format(**parts).rstrip()
     if isinstance(hint, Mistake):  # a diagnosis: it leads, the exception says what happened
         text = f"{hint} ({text.rstrip('.')}.)"
     elif hint:
@@ -720,6 +722,7 @@ def failure_error(case: Case, failure: Failure) -> GradingError:
         where=failure.where,
         hint=getattr(hint, "hint", None),
         mistake=getattr(hint, "id", None) or "exception",
+        parts=parts,
     )
 
 
