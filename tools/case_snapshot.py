@@ -1,4 +1,4 @@
-"""What every exercise's cases hold, saved and compared: a reshaping of a topic module checked in
+"""What every exercise's cases hold, saved and compared: a reshaping of a checks module checked in
 seconds.
 
     python -m tools.case_snapshot save /tmp/before.pt      # before the change

@@ -1,10 +1,10 @@
-"""How big the grading topic modules are, per exercise: the measure of issue 19.
+"""How big the grading checks modules are, per exercise: the measure of issue 19.
 
     python -m tools.grading_size            # the table for the working tree
     python -m tools.grading_size --at REV   # the same for a commit (read with git show)
     python -m tools.grading_size --anatomy  # what the lines hold, per exercise
 
-For every topic module of ``encoder_lib/grading/checks`` (``nNN_<notebook>.py``, plus the
+For every checks module of ``encoder_lib/grading/checks`` (``nNN_<notebook>.py``, plus the
 shared ``layer_cases.py`` counted apart): its lines, how many of them hold nothing but string
 literals (message text: what a student reads), the rest (the representation), its exercises and
 the lines per exercise. Blank lines and comments count as lines, as a reader scrolls past them.
@@ -90,7 +90,7 @@ def anatomy(source: str) -> dict[str, int]:
 
 
 def _is_topic(name: str) -> bool:
-    """A topic module's file name: ``checks/nNN_<notebook>.py`` now, ``*_checks.py`` before the
+    """A checks module's file name: ``checks/nNN_<notebook>.py`` now, ``*_checks.py`` before the
     layout of issue 41."""
     return re.fullmatch(r"n\d\d_\w+\.py", name) is not None or name.endswith("_checks.py")
 
@@ -100,7 +100,7 @@ SHARED = ("layer_cases.py", "_layers.py")
 
 
 def modules(rev: str | None) -> dict[str, str]:
-    """File name -> source of the topic modules (and ``layer_cases.py``), now or at ``rev``."""
+    """File name -> source of the checks modules (and ``layer_cases.py``), now or at ``rev``."""
     if rev is None:
         folder = ROOT / CHECKS
         return {p.name: p.read_text() for p in sorted(folder.glob("*.py")) if _wanted(p.name)}

@@ -227,7 +227,7 @@ class Exercise:
 
 
 EXERCISES: dict[str, Exercise] = {}
-"""Test cell grade_id -> its exercise (the topic modules register theirs)."""
+"""Test cell grade_id -> its exercise (the checks modules register theirs)."""
 
 
 def register(exercise: Exercise) -> Callable[..., None]:

@@ -10,7 +10,7 @@ from tools.grading_size import EXERCISE, anatomy, modules, string_only_lines
 # Line by line, what each holds (the comment at the right is not part of the source).
 SOURCE = textwrap.dedent(
     '''\
-    """A topic module."""
+    """A checks module."""
     from .feedback import Mistake
 
     # the reference

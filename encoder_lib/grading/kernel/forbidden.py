@@ -1,7 +1,7 @@
 """What an exercise may not call: the built-ins that already do its work, in every form.
 
 ``Forbidden`` lists them (torch functions, Python functions or classes, names of a package that
-may not be imported); ``forbid`` registers an exercise's list in ``FORBIDDEN`` (topic modules
+may not be imported); ``forbid`` registers an exercise's list in ``FORBIDDEN`` (checks modules
 do, through ``runner.register_given(forbidden=...)``); ``rules`` gives an exercise's list, its
 own or the course-wide one (``COURSE_WIDE``); ``expanded`` finds every form of each forbidden
 function (``Expanded``: its other bindings, the ``aten`` operators, the Tensor method, the
@@ -78,7 +78,7 @@ def _resolve(where: str) -> Any:
 
 
 FORBIDDEN: dict[str, Forbidden] = {}
-"""Exercise name -> its forbidden built-ins; each topic module registers its own (``forbid``,
+"""Exercise name -> its forbidden built-ins; each checks module registers its own (``forbid``,
 or ``runner.register_given(forbidden=...)``)."""
 
 

@@ -181,7 +181,7 @@ class Opaque:
 
 
 PARTS: dict[str, Callable[[Part], Callable[..., Any]]] = {}
-"""Part kind -> a builder of the callable (topic modules register theirs with ``part``)."""
+"""Part kind -> a builder of the callable (checks modules register theirs with ``part``)."""
 
 PREPARE: dict[str, Callable[[nn.Module, Call, Observation], bool]] = {}
 """How to get a constructed module ready besides ``load_state_dict`` (``Call.prepare`` names one):
@@ -198,7 +198,7 @@ class Unfit(Exception):  # noqa: N818 (an outcome, reported as a failure of kind
 SCENARIOS: dict[str, Callable[[Callable[[str], Any], Call], Observation]] = {}
 """How to run a ``Call``: ``"call"`` and topic-specific ones (e.g. the capstone's ``train_step``,
 handed a model and an optimiser). A scenario gets a lookup of notebook names and the call;
-topic modules register theirs with ``scenario``."""
+checks modules register theirs with ``scenario``."""
 
 AFTER_CHECK: list[Callable[[], None]] = []
 """Run when a check made in this process (a test cell in the student's kernel) has ended,

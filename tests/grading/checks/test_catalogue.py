@@ -241,7 +241,7 @@ def test_a_tensor_subclass_anywhere_in_the_output_is_refused(assignment, answer)
 
 # --- what encoder_lib.grading exports --------------------------------------------------------
 
-# Public names of a topic module that are not the check of one of its exercises.
+# Public names of a checks module that are not the check of one of its exercises.
 OTHER_EXPORTS = {"encoder_lib.grading.checks.n02_multi_head_attention": {"load_reference_weights"}}
 
 

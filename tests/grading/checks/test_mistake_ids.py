@@ -1,7 +1,7 @@
 """Every verdict names its mistake with an id that does not change when the wording does.
 
 - every catalogue entry of every registered exercise is a ``Mistake`` with a well-formed id
-  (a topic module added later is checked too: it declares its ids the same way), and each id
+  (a checks module added later is checked too: it declares its ids the same way), and each id
   gives a value other than the reference's on some case of its exercise (else it could never
   be named);
 - each generic step gives its own id (``runner.STEP_MISTAKES``), which no catalogue entry
