@@ -7,10 +7,11 @@ check, ``hint()`` prints a more concrete hint for it, where the message has one.
 
 How it is built: each exercise is data (``runner.Exercise``: how to call the student's object,
 its cases, written with ``vocabulary``, the reference, the catalogue of named mistakes, the
-built-ins it forbids) and one runner judges them all (``runner.py``). The student's code runs in
-``observe.py``, which only records what happened; the judging never happens where a student
-could reach it at autograde: ``encoder_lib.autograde.kernel_ask`` sends the same calls into the
-student's kernel and judges what comes back in nbgrader's own process.
+built-ins it forbids), described in its notebook's module of ``checks/``, and one runner judges
+them all (``runner.py``). The student's code runs in ``kernel/observe.py``, which only records
+what happened; the judging never happens where a student could reach it at autograde:
+``encoder_lib.autograde.kernel_ask`` sends the same calls into the student's kernel and the
+judge weighs what comes back in nbgrader's own process. docs/AUTHORING.md walks through it.
 """
 
 from . import checks, restart_hints
