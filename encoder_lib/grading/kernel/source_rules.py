@@ -218,7 +218,7 @@ COMPUTED = Rule(
 MODULE_VALUE = Rule(
     "a module handed on as a value (assigned to a name, passed, put in a list or a default): "
     "what is taken from it afterwards escapes the rules. Write the module's name each time you "
-    "use it: torch.matmul(q, k), not t = torch and then t.matmul(q, k)",
+    "use it: torch.<name>, not t = torch and then t.<name>",
     _R,
 )
 TYPE3 = Rule("building a class by hand", _I)
