@@ -9,10 +9,11 @@ gradebook are. Each ungraded ``submitted/<student>/<assignment>/`` becomes one t
 ``tasks.grade_submission``, which a worker grades in a throwaway nbgrader course of its own; the
 inputs travel with the task, so workers need this package installed and nothing else (no shared
 file system). Only this process touches the instructor's gradebook: it merges the results as
-they arrive, those that finished together in one transaction, then writes ``autograded/`` and
-``feedback/``. A submission counts as graded once its ``autograded/<student>/<assignment>/``
-folder exists (nbgrader's own rule), so an interrupted run started again grades only what is
-missing; ``--force`` grades everything again, replacing rows rather than adding them.
+they arrive, those that finished together in one transaction of a few bulk statements, then
+writes ``autograded/`` and ``feedback/``. A submission counts as graded once its
+``autograded/<student>/<assignment>/`` folder exists (nbgrader's own rule), so an interrupted run
+started again grades only what is missing; ``--force`` grades everything again, replacing rows
+rather than adding them.
 
 Every result is also appended to ``logs/grading.jsonl`` (status, reasons, worker, seconds), and
 nbgrader's log of each flagged submission goes to ``logs/autograde/<assignment>/<student>.log``
@@ -433,25 +434,23 @@ def _record(course: Course, gb, batch, summary: Summary, all_logs: bool = False)
 
 
 def _merge(gb, results: list, course: Course, summary: Summary) -> list:
-    """The results the gradebook took: all of them in one transaction; if it refuses one (or
-    the commit fails), each again in a transaction of its own, so that only the ones it refuses
-    fail (they are graded next run)."""
+    """The results the gradebook took: all of them in one transaction of a few bulk statements
+    (``gradebook.merge_many``); if it refuses one (or the commit fails), each again in a
+    transaction of its own, so that only the ones it refuses fail (they are graded next run)."""
 
-    def one(entry, result, commit: bool) -> None:
+    def item(entry, result) -> G.GradedSubmission:
         a, s = entry["assignment"], entry["student"]
-        G.merge(gb, a, s, result.timestamp, result.notebooks, result.flagged, commit=commit)
+        return G.GradedSubmission(a, s, result.timestamp, result.notebooks, result.flagged)
 
     try:
-        for entry, result in results:
-            one(entry, result, commit=False)
-        gb.db.commit()
+        G.merge_many(gb, [item(entry, result) for entry, result in results])
         return results
     except Exception:
-        gb.db.rollback()
+        pass  # merge_many rolled the batch back
     taken = []
     for entry, result in results:
         try:
-            one(entry, result, commit=True)
+            G.merge_many(gb, [item(entry, result)])
             taken.append((entry, result))
         except Exception as e:  # graded next run, even if an earlier run had graded it
             course.remove_folder("autograded", entry["student"], entry["assignment"])

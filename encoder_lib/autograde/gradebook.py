@@ -8,7 +8,10 @@ Three moves, all through nbgrader's ``Gradebook`` and its ORM classes:
   (a worker copies it into each throwaway course: nothing to build there);
 - ``read_outcome`` reads back what autograde wrote for one submission there, and ``merge`` puts it
   into the instructor's gradebook in a single transaction: the submission lands whole or not at
-  all, and grading it again updates the same rows instead of adding new ones.
+  all, and grading it again updates the same rows instead of adding new ones. ``merge_many``
+  writes the same rows for many submissions at once (a few bulk statements per batch instead of
+  the ORM's queries and inserts per row), which is what the grading command uses; ``merge``,
+  nbgrader's ORM step by step, is the reference it is tested against.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from pathlib import Path
 
 from nbgrader.api import (
     Assignment,
+    BaseCell,
     Comment,
     Grade,
     Gradebook,
@@ -35,15 +39,19 @@ from nbgrader.api import (
     SubmittedAssignment,
     SubmittedNotebook,
     TaskCell,
+    new_uuid,
 )
+from sqlalchemy import bindparam, insert, select, update
 
 __all__ = [
     "AssignmentSpec",
+    "GradedSubmission",
     "NotebookOutcome",
     "assignment_data",
     "assignment_spec",
     "build_gradebook",
     "merge",
+    "merge_many",
     "own_bin_first_on_path",
     "read_outcome",
 ]
@@ -272,6 +280,270 @@ def merge(
             gb.db.commit()
         else:
             gb.db.flush()
+    except BaseException:
+        if commit:
+            gb.db.rollback()
+        raise
+
+
+# --- many submissions at once --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GradedSubmission:
+    """One graded submission to merge: ``merge``'s arguments as one value."""
+
+    assignment: str
+    student: str
+    timestamp: datetime | None
+    notebooks: list[NotebookOutcome] | None
+    flagged: bool = False
+
+
+# Rows per "IN (...)" list: far below SQLite's limit on a statement's parameters.
+_CHUNK = 500
+# Which cells get a grade row and which a comment row in a submitted notebook (as nbgrader's
+# Gradebook.add_submission, and _new_submission above, make them).
+_GRADED = ("GradeCell", "TaskCell")
+_COMMENTED = ("SolutionCell", "TaskCell")
+
+
+def _chunks(values: list) -> list[list]:
+    return [values[i : i + _CHUNK] for i in range(0, len(values), _CHUNK)]
+
+
+def _rows(conn, column, values, *columns, also=None):
+    """``columns`` of the rows whose ``column`` is in ``values`` (and that meet ``also``), a
+    chunk of values per query. ``also`` names the leading column of the table's unique index
+    where ``column`` is its second one (nbgrader indexes no foreign key alone): SQLite then
+    looks rows up in the index instead of reading the whole table."""
+    found = []
+    for chunk in _chunks(sorted(set(values))):
+        where = column.in_(chunk) if also is None else (column.in_(chunk) & also)
+        found += conn.execute(select(*columns).where(where)).all()
+    return found
+
+
+def _shapes(conn, names: set[str]) -> dict[str, tuple[str, dict]]:
+    """assignment name -> (its id, {notebook name: (notebook id, [(cell id, key, type)])})."""
+    a_t, nb_t, c_t = Assignment.__table__, Notebook.__table__, BaseCell.__table__
+    ids = dict(_rows(conn, a_t.c.name, names, a_t.c.name, a_t.c.id))
+    missing = sorted(names - ids.keys())
+    if missing:
+        raise MissingEntry(f"No such assignment: {missing[0]}")
+    nb_of = {}
+    for nb_id, name, a_id in _rows(
+        conn, nb_t.c.assignment_id, ids.values(), nb_t.c.id, nb_t.c.name, nb_t.c.assignment_id
+    ):
+        nb_of[nb_id] = (a_id, name)
+    cells: dict[str, list] = {nb_id: [] for nb_id in nb_of}
+    for cell_id, name, kind, nb_id in _rows(
+        conn, c_t.c.notebook_id, nb_of, c_t.c.id, c_t.c.name, c_t.c.type, c_t.c.notebook_id
+    ):
+        cells[nb_id].append((cell_id, f"{kind}/{name}", kind))
+    shapes = {name: (a_id, {}) for name, a_id in ids.items()}
+    by_id = {a_id: shapes[name][1] for name, a_id in ids.items()}
+    for nb_id, (a_id, name) in nb_of.items():
+        by_id[a_id][name] = (nb_id, sorted(cells[nb_id], key=lambda c: c[1]))
+    return shapes
+
+
+def _grade_values(out: NotebookOutcome | None, key: str, manual: float | None) -> dict:
+    """A grade row's auto score and flag, as ``merge`` sets them."""
+    auto, needs = out.grades.get(key, (None, True)) if out else (None, True)
+    return {"b_auto": auto, "b_needs": manual is not None or needs or auto is None}
+
+
+def _merge_unique(conn, items: list[GradedSubmission]) -> None:
+    """``merge_many`` for items that name each (student, assignment) once."""
+    s_t, sa_t = Student.__table__, SubmittedAssignment.__table__
+    sn_t, g_t, c_t = SubmittedNotebook.__table__, Grade.__table__, Comment.__table__
+    shapes = _shapes(conn, {i.assignment for i in items})
+
+    known = {r[0] for r in _rows(conn, s_t.c.id, [i.student for i in items], s_t.c.id)}
+    new_students = sorted({i.student for i in items} - known)
+    if new_students:
+        conn.execute(insert(s_t), [{"id": s} for s in new_students])
+
+    wanted = {(shapes[i.assignment][0], i.student) for i in items}
+    existing = {
+        (a_id, s_id): sub_id
+        for sub_id, a_id, s_id in _rows(
+            conn,
+            sa_t.c.student_id,
+            [i.student for i in items],
+            *sa_t.c["id", "assignment_id", "student_id"],
+            also=sa_t.c.assignment_id.in_(sorted({a_id for a_id, _ in wanted})),
+        )
+        if (a_id, s_id) in wanted
+    }
+
+    # New submissions: every row inserted with its final values.
+    subs, nbs, grades, comments = [], [], [], []
+    # Submissions already there: their rows updated in place, as merge does.
+    old = []
+    for item in items:
+        a_id, notebooks = shapes[item.assignment]
+        sub_id = existing.get((a_id, item.student))
+        if sub_id is not None:
+            old.append((sub_id, item))
+            continue
+        sub_id = new_uuid()
+        subs.append(
+            {
+                "id": sub_id,
+                "assignment_id": a_id,
+                "student_id": item.student,
+                "timestamp": item.timestamp,
+                "extension": None,
+            }
+        )
+        outcomes = {o.name: o for o in item.notebooks or []}
+        for name, (nb_id, cells) in notebooks.items():
+            out = outcomes.get(name)
+            snb_id = new_uuid()
+            nbs.append(
+                {
+                    "id": snb_id,
+                    "assignment_id": sub_id,
+                    "notebook_id": nb_id,
+                    "flagged": item.flagged,
+                    "late_submission_penalty": out.late_submission_penalty if out else None,
+                }
+            )
+            for cell_id, key, kind in cells:
+                if kind in _GRADED:
+                    values = _grade_values(out, key, None)
+                    grades.append(
+                        {
+                            "id": new_uuid(),
+                            "notebook_id": snb_id,
+                            "cell_id": cell_id,
+                            "auto_score": values["b_auto"],
+                            "manual_score": None,
+                            "extra_credit": None,
+                            "needs_manual_grade": values["b_needs"],
+                        }
+                    )
+                if kind in _COMMENTED:
+                    comments.append(
+                        {
+                            "id": new_uuid(),
+                            "notebook_id": snb_id,
+                            "cell_id": cell_id,
+                            "auto_comment": out.comments.get(key) if out else None,
+                            "manual_comment": None,
+                        }
+                    )
+    for table, rows in ((sa_t, subs), (sn_t, nbs), (g_t, grades), (c_t, comments)):
+        if rows:
+            conn.execute(insert(table), rows)
+    if old:
+        _update(conn, shapes, old)
+
+
+def _update(conn, shapes: dict, old: list[tuple[str, GradedSubmission]]) -> None:
+    """Rewrite the rows of submissions already in the gradebook, as ``merge`` does: the rows
+    there, and only those, get the new auto scores, comments, flag and penalty; a manual score
+    stays and makes its grade need review; a missing timestamp keeps the old one."""
+    sa_t, sn_t = SubmittedAssignment.__table__, SubmittedNotebook.__table__
+    g_t, c_t = Grade.__table__, Comment.__table__
+    by_sub = dict(old)
+    notebook_name, cell_key = {}, {}
+    for _, notebooks in shapes.values():
+        for name, (nb_id, cells) in notebooks.items():
+            notebook_name[nb_id] = name
+            cell_key.update((cell_id, key) for cell_id, key, _ in cells)
+
+    stamps = [{"b_id": s, "b_time": i.timestamp} for s, i in old if i.timestamp is not None]
+    if stamps:
+        conn.execute(
+            update(sa_t)
+            .where(sa_t.c.id == bindparam("b_id"))
+            .values(timestamp=bindparam("b_time")),
+            stamps,
+        )
+    outcome = {}  # submitted notebook id -> its NotebookOutcome (or None)
+    flags, penalties = [], []
+    for snb_id, sub_id, nb_id in _rows(
+        conn,
+        sn_t.c.assignment_id,
+        by_sub,
+        *sn_t.c["id", "assignment_id", "notebook_id"],
+        also=sn_t.c.notebook_id.in_(list(notebook_name)),
+    ):
+        item = by_sub[sub_id]
+        out = next((o for o in item.notebooks or [] if o.name == notebook_name.get(nb_id)), None)
+        outcome[snb_id] = out
+        flags.append({"b_id": snb_id, "b_flag": item.flagged})
+        if out is not None:
+            penalties.append({"b_id": snb_id, "b_pen": out.late_submission_penalty})
+    by_id = sn_t.c.id == bindparam("b_id")
+    if flags:
+        conn.execute(update(sn_t).where(by_id).values(flagged=bindparam("b_flag")), flags)
+    if penalties:
+        conn.execute(
+            update(sn_t).where(by_id).values(late_submission_penalty=bindparam("b_pen")), penalties
+        )
+    grades = [
+        {"b_id": g_id, **_grade_values(outcome[snb_id], cell_key.get(cell_id), manual)}
+        for g_id, snb_id, cell_id, manual in _rows(
+            conn,
+            g_t.c.notebook_id,
+            outcome,
+            *g_t.c["id", "notebook_id", "cell_id", "manual_score"],
+            also=g_t.c.cell_id.in_(list(cell_key)),
+        )
+    ]
+    if grades:
+        conn.execute(
+            update(g_t)
+            .where(g_t.c.id == bindparam("b_id"))
+            .values(auto_score=bindparam("b_auto"), needs_manual_grade=bindparam("b_needs")),
+            grades,
+        )
+    comments = []
+    for c_id, snb_id, cell_id in _rows(
+        conn,
+        c_t.c.notebook_id,
+        outcome,
+        *c_t.c["id", "notebook_id", "cell_id"],
+        also=c_t.c.cell_id.in_(list(cell_key)),
+    ):
+        out = outcome[snb_id]
+        comments.append(
+            {"b_id": c_id, "b_text": out.comments.get(cell_key.get(cell_id)) if out else None}
+        )
+    if comments:
+        conn.execute(
+            update(c_t)
+            .where(c_t.c.id == bindparam("b_id"))
+            .values(auto_comment=bindparam("b_text")),
+            comments,
+        )
+
+
+def merge_many(gb: Gradebook, items: list[GradedSubmission], commit: bool = True) -> None:
+    """``merge`` for every item, in one transaction (``commit=False``: in the caller's), with a
+    few bulk statements per batch rather than the ORM's statements per row: the rows written are
+    the ones ``merge`` writes, item after item (tests/autograde/test_merge_batches.py compares
+    the two gradebooks). If one item cannot be merged (an assignment the gradebook does not
+    hold: ``MissingEntry``), nothing of the batch is; the caller merges the items alone then."""
+    parts: list[list[GradedSubmission]] = [[]]
+    seen: set[tuple[str, str]] = set()
+    for item in items:  # a submission named twice: the later one is merged after the earlier
+        if (item.assignment, item.student) in seen:
+            parts.append([])
+            seen.clear()
+        seen.add((item.assignment, item.student))
+        parts[-1].append(item)
+    try:
+        conn = gb.db.connection()
+        for part in parts:
+            if part:
+                _merge_unique(conn, part)
+        if commit:
+            gb.db.commit()
     except BaseException:
         if commit:
             gb.db.rollback()
