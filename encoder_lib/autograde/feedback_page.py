@@ -25,7 +25,9 @@ from collections.abc import Mapping
 from bs4 import BeautifulSoup, NavigableString
 from jinja2 import BytecodeCache
 from latex2mathml.converter import convert
-from nbconvert.exporters import HTMLExporter
+from nbconvert.exporters import HTMLExporter, TemplateExporter
+from nbconvert.filters.highlight import Highlight2HTML
+from nbconvert.filters.widgetsdatatypefilter import WidgetsDataTypeFilter
 
 from encoder_lib.autograde import records
 
@@ -33,6 +35,7 @@ __all__ = [
     "TABLE_CSS",
     "WRAP_CSS",
     "OfflineFeedbackExporter",
+    "as_nbconvert_does",
     "name_test_cells",
     "offline_html",
     "exercise_titles",
@@ -120,18 +123,63 @@ _CODE_BLOCK = re.compile(r'<div class="[^"]*\bhighlight\b[^"]*">\s*<pre>.*?</pre
 _SET_ASIDE = re.compile(r"<!--encoder-lab-code-(\d+)-->")
 
 
-def _edited(html: str, *edits) -> str:
-    """``html`` after each of ``edits`` has changed its parsed page (code blocks untouched)."""
+def _edited(html: str, *edits, first=None) -> str:
+    """``html`` after each of ``edits`` has changed its parsed page (code blocks untouched, but
+    written as a parse would write them back: ``_as_reparsed``). ``first``: an edit made in a
+    parse of its own before the others, the page written back in between, as nbconvert's
+    HTMLExporter does before them (a parse of HTML that is not well formed, a markdown cell's
+    ``<details>`` around a list, is not written back the same way twice)."""
     kept: list[str] = []
 
     def set_aside(match: re.Match) -> str:
-        kept.append(match.group(0))
+        kept.append(_as_reparsed(match.group(0)))
         return f"<!--encoder-lab-code-{len(kept) - 1}-->"
 
-    soup = BeautifulSoup(_CODE_BLOCK.sub(set_aside, html), "html.parser")
+    page = _CODE_BLOCK.sub(set_aside, html)
+    if first is not None:
+        soup = BeautifulSoup(page, "html.parser")
+        first(soup)
+        page = str(soup)
+    soup = BeautifulSoup(page, "html.parser")
     for edit in edits:
         edit(soup)
     return _SET_ASIDE.sub(lambda m: kept[int(m.group(1))], str(soup))
+
+
+# A highlighted block as Pygments writes it: spans, divs and a <pre> with a class at most, text
+# escaped by Pygments' escape_html (&amp; &lt; &gt; &quot; &#39;).
+_PLAIN_TAG = re.compile(r'</?(?:span|div|pre)(?: class="[^"&<>]*")?>')
+_ODD = re.compile(r"&(?!amp;|lt;|gt;|quot;|#39;)|\r")
+_CLASS = re.compile(r' class="([^"]*)"')  # quotes in the text are &quot;: this is a tag's
+
+
+def _as_reparsed(block: str) -> str:
+    """The code block as BeautifulSoup writes back what it parsed (which is what nbconvert's
+    HTMLExporter returns): character references decoded, then ``&``, ``<`` and ``>`` escaped
+    again, so ``&quot;`` and ``&#39;`` become plain quotes; a class attribute is a list of
+    names, written back one space apart (``class=" highlight"`` becomes ``class="highlight"``).
+    Done by hand for a block as Pygments writes it, by BeautifulSoup for anything else."""
+    if _ODD.search(block) or len(_PLAIN_TAG.findall(block)) != block.count("<"):
+        return str(BeautifulSoup(block, "html.parser"))
+    block = _CLASS.sub(lambda m: f' class="{" ".join(m.group(1).split())}"', block)
+    return block.replace("&quot;", '"').replace("&#39;", "'")
+
+
+def as_nbconvert_does(soup: BeautifulSoup, log=None) -> None:
+    """What nbconvert's ``HTMLExporter.from_notebook_node`` (7.x) does to the page its template
+    wrote: alternative text for images without any (and a warning in ``log``), and focusable
+    JupyterLab cells (the feedback template is the classic one, which has none). nbconvert
+    parses the whole page for it; done here on the page with its highlighted code blocks set
+    aside (most of its tags), as the offline edits are."""
+    missing = soup.select("img:not([alt])")
+    for img in missing:
+        img.attrs["alt"] = "No description has been provided for this image"
+    if missing and log is not None:
+        log.warning("Alternative text is missing on %s image(s).", len(missing))
+    for elem in soup.select(".jp-Notebook div.jp-Cell-inputWrapper"):
+        elem.attrs["tabindex"] = "0"
+    for elem in soup.select(".jp-Notebook div.jp-OutputArea-output"):
+        elem.attrs["tabindex"] = "0"
 
 
 def _make_offline(soup: BeautifulSoup) -> None:
@@ -203,7 +251,10 @@ _COMPILED = _CompiledTemplates()
 class OfflineFeedbackExporter(HTMLExporter):
     """nbconvert's HTMLExporter (with nbgrader's feedback template, as nbgrader configures it)
     followed by ``offline_html`` and ``name_test_cells`` (with the notebook's own titles); its
-    templates are compiled once per process."""
+    templates are compiled once per process, and nbconvert's own edit of the page
+    (``as_nbconvert_does``) parses the page without its highlighted code blocks, as ours does,
+    not the whole page. The page is the same, byte for byte
+    (tests/autograde/test_feedback_page_html.py)."""
 
     def _create_environment(self):
         environment = super()._create_environment()
@@ -211,6 +262,25 @@ class OfflineFeedbackExporter(HTMLExporter):
         return environment
 
     def from_notebook_node(self, nb, resources=None, **kw):
-        html, resources = super().from_notebook_node(nb, resources, **kw)
+        # HTMLExporter.from_notebook_node up to its template (the filters it registers for this
+        # notebook, its resources), then the template, without its BeautifulSoup pass.
+        langinfo = nb.metadata.get("language_info", {})
+        lexer = langinfo.get("pygments_lexer", langinfo.get("name", None))
+        highlight_code = self.filters.get(
+            "highlight_code", Highlight2HTML(pygments_lexer=lexer, parent=self)
+        )
+        resources = self._init_resources(resources)
+        filter_data_type = WidgetsDataTypeFilter(
+            notebook_metadata=self._nb_metadata, parent=self, resources=resources
+        )
+        self.register_filter("highlight_code", highlight_code)
+        self.register_filter("filter_data_type", filter_data_type)
+        html, resources = TemplateExporter.from_notebook_node(self, nb, resources, **kw)
         titles = exercise_titles(nb)
-        return _edited(html, _make_offline, lambda soup: name_test_cells(soup, titles)), resources
+        page = _edited(
+            html,
+            _make_offline,
+            lambda soup: name_test_cells(soup, titles),
+            first=lambda soup: as_nbconvert_does(soup, self.log),
+        )
+        return page, resources

@@ -5,14 +5,18 @@ The page in a real browser (network blocked) is checked in tests/ui/test_feedbac
 
 from __future__ import annotations
 
+import copy
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import nbformat
+import pytest
 from bs4 import BeautifulSoup
+from nbconvert.exporters import HTMLExporter
 
-from encoder_lib.autograde import records
+from encoder_lib.autograde import feedback_page, records
 from encoder_lib.autograde.feedback_page import (
     WRAP_CSS,
     OfflineFeedbackExporter,
@@ -162,3 +166,112 @@ def test_the_page_does_not_import_the_grader():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+# --- one parse of the page, the same bytes --------------------------------------------------------
+
+SOLUTIONS = sorted((Path(__file__).resolve().parents[2] / "solutions").glob("[0-9]*/*.ipynb"))
+
+
+def _feedback_exporter() -> OfflineFeedbackExporter:
+    """The exporter as nbgrader's generate_feedback builds and configures it (its template,
+    its header preprocessor), as nbgrader_config.py names it."""
+    from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
+    from nbgrader.converters import GenerateFeedback
+    from nbgrader.coursedir import CourseDirectory
+
+    app = GenerateFeedback(coursedir=CourseDirectory())
+    exporter = OfflineFeedbackExporter(parent=app, config=app.config)
+    exporter.register_preprocessor(CSSHTMLHeaderPreprocessor)
+    return exporter
+
+
+def _as_graded(nb: nbformat.NotebookNode) -> tuple[nbformat.NotebookNode, dict]:
+    """The notebook and resources as nbgrader's GetGrades hands them to the template: every
+    graded cell scored, every answer commented (in markdown, with maths), a title recorded."""
+    nb = copy.deepcopy(nb)
+    for cell in nb.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if meta.get("grade"):
+            meta["score"] = meta.get("points", 0) / 2
+            title = f"Exercise · {meta['grade_id']}"
+            records.store(cell, records.Verdict(meta["grade_id"], title, passed=True))
+        if meta.get("solution"):
+            meta["comment"] = 'Divide by $\\sqrt{d_k}$, not by `D` & <b>not</b> "D - 1".'
+    scores = {"score": 3.5, "max_score": 7.0, "late_penalty": 0.5, "notebook": "nb"}
+    return nb, {"nbgrader": scores}
+
+
+def _tricky_notebook() -> nbformat.NotebookNode:
+    """What the solution notebooks may not hold: quotes, ampersands and angle brackets in code,
+    an image with no alternative text, an error with ANSI colours, TeX and HTML outputs."""
+    code = nbformat.v4.new_code_cell(
+        "s = \"it's <b>&amp;</b>\"  # 'quotes' & <tags>\nprint(f'{s!r}')",
+        outputs=[
+            nbformat.v4.new_output("stream", name="stdout", text='it\'s <b>&amp;</b> & "x"\n'),
+            nbformat.v4.new_output(
+                "display_data", data={"image/png": "iVBORw0KGgo=", "text/plain": "<Figure>"}
+            ),
+            nbformat.v4.new_output(
+                "display_data", data={"text/latex": "$\\frac{a}{b}$", "text/html": "<i>&lt;</i>"}
+            ),
+            nbformat.v4.new_output(
+                "error", ename="ValueError", evalue="bad", traceback=["\x1b[31mValueError\x1b[0m"]
+            ),
+        ],
+    )
+    code.metadata["nbgrader"] = {"grade": True, "grade_id": "test_x", "points": 2}
+    markdown = nbformat.v4.new_markdown_cell(
+        "Maths $x_{i}$, code `a < b`, a fence:\n\n```python\nx = '&' if a < b else \"\"\n```\n\n"
+        "<img src='data:image/png;base64,iVBORw0KGgo='>"
+    )
+    return nbformat.v4.new_notebook(
+        cells=[markdown, code], metadata={"language_info": {"name": "python"}}
+    )
+
+
+def _page_as_before(exporter, nb, resources) -> str:
+    """The page as this module made it before it parsed the page once: nbconvert's
+    HTMLExporter (which parses the page and writes it back), then the offline edits in a
+    second parse, with the highlighted code blocks set aside verbatim."""
+    html, _ = HTMLExporter.from_notebook_node(exporter, nb, resources)
+    kept: list[str] = []
+
+    def set_aside(match: re.Match) -> str:
+        kept.append(match.group(0))
+        return f"<!--encoder-lab-code-{len(kept) - 1}-->"
+
+    soup = BeautifulSoup(feedback_page._CODE_BLOCK.sub(set_aside, html), "html.parser")
+    feedback_page._make_offline(soup)
+    name_test_cells(soup, exercise_titles(nb))
+    return feedback_page._SET_ASIDE.sub(lambda m: kept[int(m.group(1))], str(soup))
+
+
+@pytest.mark.parametrize(
+    "nb", [*SOLUTIONS, "tricky"], ids=lambda p: p if isinstance(p, str) else p.parent.name
+)
+def test_the_page_is_the_same_bytes_as_with_two_parses(nb):
+    """The solution notebooks (every output kept, markdown with maths, ``<details>`` around
+    lists) and a notebook of awkward characters and outputs."""
+    tricky = nb == "tricky"
+    nb, resources = _as_graded(_tricky_notebook() if tricky else nbformat.read(nb, as_version=4))
+    exporter = _feedback_exporter()
+    before = _page_as_before(exporter, copy.deepcopy(nb), copy.deepcopy(resources))
+    after, _ = exporter.from_notebook_node(copy.deepcopy(nb), copy.deepcopy(resources))
+    assert after == before
+    assert "<math" in after and "Exercise · test_" in after
+    if tricky:
+        assert after.count("No description has been provided for this image") == 2
+
+
+def test_a_code_block_is_written_back_as_a_parse_would():
+    """The by-hand rewrite of a Pygments block equals BeautifulSoup's, and a block that is not
+    plain Pygments goes through BeautifulSoup."""
+    blocks = [
+        '<div class=" highlight hl-ipython3"><pre><span></span><span class="n">s</span> '
+        '<span class="o">=</span> <span class="s2">&quot;it&#39;s &lt;b&gt; &amp;&quot;</span>'
+        "\n</pre></div>",
+        '<div class="highlight"><pre><a href="x">&copy; &#x27;</a></pre></div>',
+    ]
+    for block in blocks:
+        assert feedback_page._as_reparsed(block) == str(BeautifulSoup(block, "html.parser"))
