@@ -12,6 +12,8 @@ import warnings
 import torch
 
 __all__ = [
+    "JAX_CACHE_READ_ONLY_VARIABLE",
+    "JAX_CACHE_VARIABLE",
     "jax_cache_dir",
     "setup_notebook",
     "use_jax_compilation_cache",
@@ -56,6 +58,9 @@ def setup_notebook(seed: int = 0, threads: int = 1) -> None:
 
 
 JAX_CACHE_VARIABLE = "ENCODER_LAB_JAX_CACHE"
+JAX_CACHE_READ_ONLY_VARIABLE = "ENCODER_LAB_JAX_CACHE_READ_ONLY"
+"""Set to 1 (grading kernels: ``encoder_lib.autograde.jax_cache``): programs are loaded from the
+cache, and none is ever written to it."""
 
 
 def jax_cache_dir() -> str | None:
@@ -93,6 +98,11 @@ def use_jax_compilation_cache(path: str | None = None) -> str | None:
     anything in the process (JAX decides at its first compilation whether to use a cache): the
     setup cell calls it through ``setup_notebook``. A folder that cannot be created means no
     cache, without a message.
+
+    With ``$ENCODER_LAB_JAX_CACHE_READ_ONLY`` set to 1 (grading kernels, which get a private copy
+    of the instructor's cache: ``encoder_lib.autograde.jax_cache``) programs are read and never
+    written: JAX writes only programs that took at least ``min_compile_time`` to compile and
+    weigh at least ``min_entry_size``, and both are set out of reach.
     """
     import jax
 
@@ -104,8 +114,16 @@ def use_jax_compilation_cache(path: str | None = None) -> str | None:
     except OSError:
         return None
     jax.config.update("jax_compilation_cache_dir", path)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    # JAX otherwise also points XLA's GPU autotuning cache into the folder, and that folder's
+    # path becomes part of every program's key: a copy of the cache elsewhere (a grading
+    # kernel's) would then find none of its programs. This course runs on CPUs.
+    jax.config.update("jax_persistent_cache_enable_xla_caches", "none")
+    if os.environ.get(JAX_CACHE_READ_ONLY_VARIABLE) == "1":
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", float("inf"))
+        jax.config.update("jax_persistent_cache_min_entry_size_bytes", 2**62)
+    else:
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+        jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
     warnings.filterwarnings("ignore", message="Error reading persistent compilation cache entry")
     return path
 

@@ -33,7 +33,11 @@ QUICK_LEAVES_OUT = {
     "test_repo2docker_accepts_the_configuration",
 }
 """Tests ``--quick`` leaves to ``make test``, besides the slow suites (by function name)."""
-QUICK_LEAVES_OUT_FILES = {"test_jax_cache.py", "test_warm_kernels.py"}
+QUICK_LEAVES_OUT_FILES = {
+    "test_jax_cache.py",
+    "test_instructor_jax_cache.py",
+    "test_warm_kernels.py",
+}
 """Files ``--quick`` leaves to ``make test``: each test starts real kernels."""
 QUICK_VARIANTS = 1
 """``--quick``: variants of ``tests/variants`` tried per answer cell, per test function."""

@@ -32,6 +32,11 @@ instructor's report (``encoder_lib.autograde.report``) counts mistakes from thes
 
 Code above the setup cell was blanked before this step (``disable_code_above_setup``).
 
+A notebook that imports JAX (10) is run with a private copy of the instructor's JAX compile
+cache, which its kernel reads and never writes, deleted once the notebook is graded; any other
+notebook's kernel has no JAX cache at all (``jax_cache``: no kernel can leave a program that
+another student's kernel loads).
+
 What is and is not guaranteed is written in docs/GRADING.md.
 """
 
@@ -39,6 +44,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import os
 import re
 from collections.abc import Iterator
 
@@ -50,7 +56,7 @@ from nbgrader.preprocessors import Execute
 from nbgrader.utils import determine_grade, is_grade, is_solution
 from traitlets import Enum
 
-from encoder_lib.autograde import authorship, records
+from encoder_lib.autograde import authorship, jax_cache, records, scratch
 from encoder_lib.autograde.disable_code_above_setup import DISABLED
 from encoder_lib.autograde.kernel_ask import KernelAsk
 from encoder_lib.grading import runner
@@ -134,7 +140,18 @@ class JudgeExecute(Execute):
         """The code cells the kernel has run, by index: what a restarted kernel runs again."""
         self._hung: list[str] = []
         """The sources of the cells that hung: what they define is missing after the restart."""
-        return super().preprocess(nb, resources, km)
+        cache = jax_cache.sealed() if _imports_jax(nb) else None
+        with jax_cache.private_copy(cache, scratch.scratch_root()) as copied:
+            self._kernel_env = jax_cache.kernel_environment(copied)
+            return super().preprocess(nb, resources, km)
+
+    async def async_start_new_kernel(self, **kwargs):
+        """nbclient's kernel start, with the JAX cache this notebook's kernel may read (a
+        restarted kernel keeps it: jupyter_client restarts with the same arguments)."""
+        kwargs["env"] = {**(kwargs.get("env") or os.environ), **self._kernel_env}
+        return await super().async_start_new_kernel(**kwargs)
+
+    start_new_kernel = run_sync(async_start_new_kernel)  # nbclient binds its own at class level
 
     def preprocess_cell(self, cell, resources, index):
         if cell.cell_type != "code":
@@ -232,6 +249,12 @@ class JudgeExecute(Execute):
             "stream", name="stdout", text=PASSED.format(title=exercise.title)
         )
         return [output], _verdict(exercise)
+
+
+def _imports_jax(nb) -> bool:
+    """Whether a code cell of the notebook imports JAX or Flax (a line that starts so)."""
+    imports = re.compile(r"^\s*(import|from)\s+(jax|flax)\b", re.M)
+    return any(c.cell_type == "code" and imports.search(c.source) for c in nb.cells)
 
 
 def _error_output(error: GradingError):
