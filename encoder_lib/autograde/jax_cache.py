@@ -15,8 +15,10 @@ program into the shared folder that the next student's kernel loads and runs. So
   ``MANIFEST.json``. ``python -m encoder_lib.autograde.jax_cache build`` does it (about a minute);
   the grader does it by itself, once, when the folder has no manifest.
 - The grading process reads the folder **once** (``sealed``), checking each file against the
-  manifest, and keeps the files in its own memory (about 4 MB). What a kernel writes to the
-  folder afterwards is never read by that process again.
+  manifest, and keeps the files in its own memory (about 1 MB). What a kernel writes to the
+  folder afterwards is never read by that process again. ``python -m encoder_lib.autograde``
+  reads the manifest before any kernel starts and hands its digest to its workers (``pin``),
+  which may read the folder later: they trust that manifest only.
 - Each graded notebook that imports JAX gets a **private copy** of those files in a new folder,
   deleted when the notebook is graded (``private_copy``). Its kernel is told to read the cache
   and never write to it (``encoder_lib.course.use_jax_compilation_cache``, read-only); what its
@@ -38,6 +40,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -49,17 +52,23 @@ from pathlib import Path
 from encoder_lib.course import JAX_CACHE_READ_ONLY_VARIABLE, JAX_CACHE_VARIABLE
 
 __all__ = [
+    "DIGEST_VARIABLE",
     "GRADING_CACHE_VARIABLE",
     "MANIFEST",
     "Sealed",
     "build",
     "grading_cache_dir",
     "kernel_environment",
+    "pin",
+    "imports_jax",
     "private_copy",
     "sealed",
 ]
 
 GRADING_CACHE_VARIABLE = "ENCODER_LAB_GRADING_JAX_CACHE"
+DIGEST_VARIABLE = "ENCODER_LAB_GRADING_JAX_CACHE_DIGEST"
+"""The SHA-256 of the manifest, set by ``pin`` in the grading command before its workers start:
+a worker then trusts only that manifest, whenever it first reads the folder."""
 MANIFEST = "MANIFEST.json"
 REFERENCE = Path(__file__).resolve().parents[2] / "solutions" / "10_jax_encoder"
 """The reference solution the cache is built from (this repository's nbgrader source)."""
@@ -201,7 +210,16 @@ def _read(folder: Path, build_if_missing: bool) -> Sealed | None:
                     log.warning("could not build the JAX compile cache in %s: %s", folder, error)
                     return None
     try:
-        manifest = json.loads((folder / MANIFEST).read_text())
+        text = (folder / MANIFEST).read_bytes()
+        pinned = os.environ.get(DIGEST_VARIABLE)
+        if pinned and _sha256(text) != pinned:
+            log.warning(
+                "the JAX compile cache's manifest in %s changed since grading began: "
+                "graded without the cache",
+                folder,
+            )
+            return None
+        manifest = json.loads(text)
         entries = dict(manifest["entries"])
     except (OSError, ValueError, KeyError, TypeError) as error:
         log.warning("the JAX compile cache's manifest in %s is unreadable: %s", folder, error)
@@ -229,6 +247,31 @@ def _read(folder: Path, build_if_missing: bool) -> Sealed | None:
             folder,
         )
     return Sealed(folder, files, tuple(rejected))
+
+
+_IMPORTS_JAX = re.compile(r"^\s*(import|from)\s+(jax|flax)\b", re.M)
+
+
+def imports_jax(nb) -> bool:
+    """Whether a code cell of the notebook has a line importing JAX or Flax."""
+    return any(c.cell_type == "code" and _IMPORTS_JAX.search(c.source) for c in nb.cells)
+
+
+def pin(assignments_import_jax: bool = True) -> str | None:
+    """Read the manifest now, before any grading kernel has run (building the cache first if
+    it has none and a graded assignment imports JAX), and put its digest in this process's
+    environment, which the workers it starts inherit; returns the digest, or None."""
+    folder = grading_cache_dir()
+    if folder is None:
+        return None
+    if assignments_import_jax and sealed(folder) is None:
+        return None
+    try:
+        digest = _sha256((folder / MANIFEST).read_bytes())
+    except OSError:
+        return None
+    os.environ[DIGEST_VARIABLE] = digest
+    return digest
 
 
 # --- a kernel's private copy ---------------------------------------------------------------------

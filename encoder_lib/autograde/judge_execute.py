@@ -140,7 +140,7 @@ class JudgeExecute(Execute):
         """The code cells the kernel has run, by index: what a restarted kernel runs again."""
         self._hung: list[str] = []
         """The sources of the cells that hung: what they define is missing after the restart."""
-        cache = jax_cache.sealed() if _imports_jax(nb) else None
+        cache = jax_cache.sealed() if jax_cache.imports_jax(nb) else None
         with jax_cache.private_copy(cache, scratch.scratch_root()) as copied:
             self._kernel_env = jax_cache.kernel_environment(copied)
             return super().preprocess(nb, resources, km)
@@ -249,12 +249,6 @@ class JudgeExecute(Execute):
             "stream", name="stdout", text=PASSED.format(title=exercise.title)
         )
         return [output], _verdict(exercise)
-
-
-def _imports_jax(nb) -> bool:
-    """Whether a code cell of the notebook imports JAX or Flax (a line that starts so)."""
-    imports = re.compile(r"^\s*(import|from)\s+(jax|flax)\b", re.M)
-    return any(c.cell_type == "code" and imports.search(c.source) for c in nb.cells)
 
 
 def _error_output(error: GradingError):

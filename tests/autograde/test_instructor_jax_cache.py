@@ -138,6 +138,25 @@ def test_a_manifest_cannot_name_a_file_outside_the_folder(built, tmp_path):
     assert "../secret" in sealed.rejected and "../secret" not in sealed.files
 
 
+def test_a_worker_trusts_only_the_manifest_pinned_before_grading(built, tmp_path, monkeypatch):
+    """``python -m encoder_lib.autograde`` pins the manifest's digest before its workers start:
+    a worker that first reads the folder after a kernel rewrote an entry and the manifest to
+    match it grades without the cache."""
+    _, folder = built
+    copy = tmp_path / "cache"
+    shutil.copytree(folder, copy)
+    monkeypatch.setenv(jax_cache.GRADING_CACHE_VARIABLE, str(copy))
+    monkeypatch.setenv(jax_cache.DIGEST_VARIABLE, "")
+    digest = jax_cache.pin(False)
+    assert os.environ[jax_cache.DIGEST_VARIABLE] == digest == _sha(copy / jax_cache.MANIFEST)
+    manifest = json.loads((copy / jax_cache.MANIFEST).read_text())
+    name = sorted(manifest["entries"])[0]
+    (copy / name).write_bytes(b"planted")
+    manifest["entries"][name] = hashlib.sha256(b"planted").hexdigest()
+    (copy / jax_cache.MANIFEST).write_text(json.dumps(manifest))
+    assert jax_cache.sealed(copy, build_if_missing=False) is None
+
+
 def test_no_folder_no_cache(tmp_path, monkeypatch):
     monkeypatch.setenv(jax_cache.GRADING_CACHE_VARIABLE, "")
     assert jax_cache.grading_cache_dir() is None and jax_cache.sealed() is None
