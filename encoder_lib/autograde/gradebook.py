@@ -26,7 +26,6 @@ from pathlib import Path
 
 from nbgrader.api import (
     Assignment,
-    BaseCell,
     Comment,
     Grade,
     Gradebook,
@@ -42,6 +41,7 @@ from nbgrader.api import (
     new_uuid,
 )
 from sqlalchemy import bindparam, insert, select, update
+from sqlalchemy.orm.exc import NoResultFound
 
 __all__ = [
     "AssignmentSpec",
@@ -302,10 +302,6 @@ class GradedSubmission:
 
 # Rows per "IN (...)" list: far below SQLite's limit on a statement's parameters.
 _CHUNK = 500
-# Which cells get a grade row and which a comment row in a submitted notebook (as nbgrader's
-# Gradebook.add_submission, and _new_submission above, make them).
-_GRADED = ("GradeCell", "TaskCell")
-_COMMENTED = ("SolutionCell", "TaskCell")
 
 
 def _chunks(values: list) -> list[list]:
@@ -324,27 +320,23 @@ def _rows(conn, column, values, *columns, also=None):
     return found
 
 
-def _shapes(conn, names: set[str]) -> dict[str, tuple[str, dict]]:
-    """assignment name -> (its id, {notebook name: (notebook id, [(cell id, key, type)])})."""
-    a_t, nb_t, c_t = Assignment.__table__, Notebook.__table__, BaseCell.__table__
-    ids = dict(_rows(conn, a_t.c.name, names, a_t.c.name, a_t.c.id))
-    missing = sorted(names - ids.keys())
-    if missing:
-        raise MissingEntry(f"No such assignment: {missing[0]}")
-    nb_of = {}
-    for nb_id, name, a_id in _rows(
-        conn, nb_t.c.assignment_id, ids.values(), nb_t.c.id, nb_t.c.name, nb_t.c.assignment_id
-    ):
-        nb_of[nb_id] = (a_id, name)
-    cells: dict[str, list] = {nb_id: [] for nb_id in nb_of}
-    for cell_id, name, kind, nb_id in _rows(
-        conn, c_t.c.notebook_id, nb_of, c_t.c.id, c_t.c.name, c_t.c.type, c_t.c.notebook_id
-    ):
-        cells[nb_id].append((cell_id, f"{kind}/{name}", kind))
-    shapes = {name: (a_id, {}) for name, a_id in ids.items()}
-    by_id = {a_id: shapes[name][1] for name, a_id in ids.items()}
-    for nb_id, (a_id, name) in nb_of.items():
-        by_id[a_id][name] = (nb_id, sorted(cells[nb_id], key=lambda c: c[1]))
+def _shapes(db, names: list[str]) -> dict[str, tuple[str, dict]]:
+    """assignment name -> (its id, {notebook name: (notebook id, graded cells, commented
+    cells)}), each cell as (id, ``_key``), read through nbgrader's ORM: notebooks and cells
+    come in the order ``_new_submission`` meets them, so rows are inserted in the same order
+    (a reader that does not sort sees what it saw before)."""
+    shapes = {}
+    for name in names:
+        try:
+            a = db.query(Assignment).filter(Assignment.name == name).one()
+        except NoResultFound:
+            raise MissingEntry(f"No such assignment: {name}") from None
+        notebooks = {}
+        for nb in a.notebooks:
+            graded = [(c.id, _key(c)) for c in [*nb.grade_cells, *nb.task_cells]]
+            commented = [(c.id, _key(c)) for c in [*nb.solution_cells, *nb.task_cells]]
+            notebooks[nb.name] = (nb.id, graded, commented)
+        shapes[name] = (a.id, notebooks)
     return shapes
 
 
@@ -354,14 +346,15 @@ def _grade_values(out: NotebookOutcome | None, key: str, manual: float | None) -
     return {"b_auto": auto, "b_needs": manual is not None or needs or auto is None}
 
 
-def _merge_unique(conn, items: list[GradedSubmission]) -> None:
+def _merge_unique(db, items: list[GradedSubmission]) -> None:
     """``merge_many`` for items that name each (student, assignment) once."""
     s_t, sa_t = Student.__table__, SubmittedAssignment.__table__
     sn_t, g_t, c_t = SubmittedNotebook.__table__, Grade.__table__, Comment.__table__
-    shapes = _shapes(conn, {i.assignment for i in items})
+    shapes = _shapes(db, list(dict.fromkeys(i.assignment for i in items)))
+    conn = db.connection()
 
     known = {r[0] for r in _rows(conn, s_t.c.id, [i.student for i in items], s_t.c.id)}
-    new_students = sorted({i.student for i in items} - known)
+    new_students = [s for s in dict.fromkeys(i.student for i in items) if s not in known]
     if new_students:
         conn.execute(insert(s_t), [{"id": s} for s in new_students])
 
@@ -399,7 +392,7 @@ def _merge_unique(conn, items: list[GradedSubmission]) -> None:
             }
         )
         outcomes = {o.name: o for o in item.notebooks or []}
-        for name, (nb_id, cells) in notebooks.items():
+        for name, (nb_id, graded, commented) in notebooks.items():
             out = outcomes.get(name)
             snb_id = new_uuid()
             nbs.append(
@@ -411,30 +404,29 @@ def _merge_unique(conn, items: list[GradedSubmission]) -> None:
                     "late_submission_penalty": out.late_submission_penalty if out else None,
                 }
             )
-            for cell_id, key, kind in cells:
-                if kind in _GRADED:
-                    values = _grade_values(out, key, None)
-                    grades.append(
-                        {
-                            "id": new_uuid(),
-                            "notebook_id": snb_id,
-                            "cell_id": cell_id,
-                            "auto_score": values["b_auto"],
-                            "manual_score": None,
-                            "extra_credit": None,
-                            "needs_manual_grade": values["b_needs"],
-                        }
-                    )
-                if kind in _COMMENTED:
-                    comments.append(
-                        {
-                            "id": new_uuid(),
-                            "notebook_id": snb_id,
-                            "cell_id": cell_id,
-                            "auto_comment": out.comments.get(key) if out else None,
-                            "manual_comment": None,
-                        }
-                    )
+            for cell_id, key in graded:
+                values = _grade_values(out, key, None)
+                grades.append(
+                    {
+                        "id": new_uuid(),
+                        "notebook_id": snb_id,
+                        "cell_id": cell_id,
+                        "auto_score": values["b_auto"],
+                        "manual_score": None,
+                        "extra_credit": None,
+                        "needs_manual_grade": values["b_needs"],
+                    }
+                )
+            for cell_id, key in commented:
+                comments.append(
+                    {
+                        "id": new_uuid(),
+                        "notebook_id": snb_id,
+                        "cell_id": cell_id,
+                        "auto_comment": out.comments.get(key) if out else None,
+                        "manual_comment": None,
+                    }
+                )
     for table, rows in ((sa_t, subs), (sn_t, nbs), (g_t, grades), (c_t, comments)):
         if rows:
             conn.execute(insert(table), rows)
@@ -451,9 +443,9 @@ def _update(conn, shapes: dict, old: list[tuple[str, GradedSubmission]]) -> None
     by_sub = dict(old)
     notebook_name, cell_key = {}, {}
     for _, notebooks in shapes.values():
-        for name, (nb_id, cells) in notebooks.items():
+        for name, (nb_id, graded, commented) in notebooks.items():
             notebook_name[nb_id] = name
-            cell_key.update((cell_id, key) for cell_id, key, _ in cells)
+            cell_key.update([*graded, *commented])
 
     stamps = [{"b_id": s, "b_time": i.timestamp} for s, i in old if i.timestamp is not None]
     if stamps:
@@ -538,10 +530,9 @@ def merge_many(gb: Gradebook, items: list[GradedSubmission], commit: bool = True
         seen.add((item.assignment, item.student))
         parts[-1].append(item)
     try:
-        conn = gb.db.connection()
         for part in parts:
             if part:
-                _merge_unique(conn, part)
+                _merge_unique(gb.db, part)
         if commit:
             gb.db.commit()
     except BaseException:

@@ -131,6 +131,7 @@ def _assignment_course(path) -> str:
     "b" of one; students s1 and s2, s1 with a submission of "a" that a grader has scored by
     hand."""
     url = f"sqlite:///{path}"
+    G.own_bin_first_on_path()  # nbgrader runs alembic to stamp a new gradebook
     with Gradebook(url, COURSE) as gb:
         for a, notebooks in (("a", ("nb1", "nb2")), ("b", ("nb1",))):
             gb.add_assignment(a)
@@ -211,7 +212,29 @@ def _contents(url: str) -> dict:
                 )
         tables = ("student", "submitted_assignment", "submitted_notebook", "grade", "comment")
         counts = {t: gb.db.execute(text(f"SELECT COUNT(*) FROM {t}")).scalar() for t in tables}
-    return {"students": students, "submissions": submissions, "rows": counts}
+        order = {t: gb.db.execute(text(sql)).all() for t, sql in _IN_ORDER.items()}
+    return {"students": students, "submissions": submissions, "rows": counts, "order": order}
+
+
+# Each table's rows by natural keys in the order they were inserted: a reader that does not sort
+# (the report, nbgrader's relationships) sees them in this order.
+_NOTEBOOK = (
+    "submitted_notebook sn JOIN submitted_assignment sa ON sn.assignment_id = sa.id "
+    "JOIN assignment a ON sa.assignment_id = a.id JOIN notebook n ON sn.notebook_id = n.id"
+)
+_IN_ORDER = {
+    "student": "SELECT id FROM student ORDER BY rowid",
+    "submitted_assignment": "SELECT a.name, sa.student_id FROM submitted_assignment sa "
+    "JOIN assignment a ON sa.assignment_id = a.id ORDER BY sa.rowid",
+    "submitted_notebook": f"SELECT a.name, sa.student_id, n.name FROM {_NOTEBOOK} "
+    "ORDER BY sn.rowid",
+    "grade": f"SELECT a.name, sa.student_id, n.name, c.type, c.name FROM grade r "
+    f"JOIN base_cell c ON r.cell_id = c.id, {_NOTEBOOK} WHERE r.notebook_id = sn.id "
+    "ORDER BY r.rowid",
+    "comment": f"SELECT a.name, sa.student_id, n.name, c.type, c.name FROM comment r "
+    f"JOIN base_cell c ON r.cell_id = c.id, {_NOTEBOOK} WHERE r.notebook_id = sn.id "
+    "ORDER BY r.rowid",
+}
 
 
 def test_merge_many_writes_what_merge_writes_one_by_one(tmp_path):
