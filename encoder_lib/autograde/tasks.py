@@ -2,7 +2,8 @@
 
 ``grade_submission(spec, submission, limits)`` is what a Dask worker runs. It builds a throwaway
 nbgrader course in a temporary folder (the instructor's ``nbgrader_config.py`` verbatim, a
-gradebook holding only this assignment, the source folder's extra files, the submitted files),
+gradebook holding only this assignment, the source folder's extra files, the submitted files;
+the gradebook is one file per worker process, opened through engines the process keeps),
 runs nbgrader's own ``Autograde`` converter in this process (and ``GenerateFeedback`` after it),
 and returns what the instructor needs: the grade rows, the autograded notebooks and the feedback
 HTML. Everything it needs travels with the task; nothing is read from or written to the
@@ -114,6 +115,7 @@ _WORKER_DEFAULTS = {
 }
 _TEMPLATES: dict[str, Path] = {}
 _CACHE: Path | None = None
+_ENGINES: dict[tuple, object] = {}
 
 
 def _cache() -> Path:
@@ -153,6 +155,45 @@ def _template(spec: G.AssignmentSpec) -> Path:
         path.write_bytes(spec.gradebook)
         _TEMPLATES[key] = path
     return _TEMPLATES[key]
+
+
+def _gradebook_path() -> Path:
+    """Where this process's task keeps its gradebook: the same file for every task, so that
+    nbgrader's queries are compiled once per process (``_shared_engines``)."""
+    return _cache() / "gradebook.db"
+
+
+def _shared_engine(url, **kwargs):
+    """``sqlalchemy.create_engine``, one engine per URL and arguments in this process.
+
+    nbgrader opens the gradebook about ten times per notebook (``Gradebook(db_url)`` in
+    autograde, its preprocessors and generate_feedback), each time with an engine of its own,
+    and SQLAlchemy keeps compiled statements per engine: every open compiled nbgrader's queries
+    again (its scores are subqueries), about 0.2 s per notebook. ``Gradebook.close`` disposes
+    of the engine's connections, not of the engine, so a later open of the same file reuses
+    it."""
+    from sqlalchemy import create_engine
+
+    key = (str(url), tuple(sorted(kwargs.items())))
+    if key not in _ENGINES:
+        _ENGINES[key] = create_engine(url, **kwargs)
+    return _ENGINES[key]
+
+
+@contextlib.contextmanager
+def _shared_engines():
+    """nbgrader's gradebooks opened meanwhile share ``_shared_engine``'s engines; their
+    connections are closed at the end, before the gradebook's file is replaced."""
+    import nbgrader.api
+
+    own = nbgrader.api.create_engine
+    nbgrader.api.create_engine = _shared_engine
+    try:
+        yield
+    finally:
+        nbgrader.api.create_engine = own
+        for engine in _ENGINES.values():
+            engine.dispose()
 
 
 def warm_up(warm_kernels: bool = False) -> str:
@@ -240,13 +281,13 @@ class _Watchdog(threading.Thread):
 # --- grading -------------------------------------------------------------------------------------
 
 
-def _coursedir(config, root: Path, spec: G.AssignmentSpec, student: str):
+def _coursedir(config, root: Path, spec: G.AssignmentSpec, student: str, db: Path):
     from nbgrader.coursedir import CourseDirectory
 
     cd = CourseDirectory(config=config)
     cd.root = str(root)
     cd.course_id = spec.course_id
-    cd.db_url = f"sqlite:///{root / 'gradebook.db'}"
+    cd.db_url = f"sqlite:///{db}"
     cd.source_directory = SOURCE
     cd.submitted_directory = SUBMITTED
     cd.autograded_directory = AUTOGRADED
@@ -373,7 +414,7 @@ def grade_submission(
         raise ValueError(f"{submission.assignment} graded against the spec of {spec.name}")
     student, a = submission.student, spec.name
     G.own_bin_first_on_path()
-    with _LOCK:
+    with _LOCK, _shared_engines():
         t0 = time.perf_counter()
         seconds: dict[str, float] = {}
         root = scratch.make("grade", scratch.scratch_root()) / "course"
@@ -383,11 +424,12 @@ def grade_submission(
             (root / "nbgrader_config.py").write_text(spec.config_text)
             _write(root / SOURCE / a, spec.source_files)
             _write(root / SUBMITTED / student / a, submission.files)
-            shutil.copyfile(_template(spec), root / "gradebook.db")
+            db = _gradebook_path()
+            shutil.copyfile(_template(spec), db)
             config = _config(spec.config_text, spec.config_overrides)
             if config.KernelManager.get("transport") == "ipc" and "ip" not in config.KernelManager:
                 config.KernelManager.ip = str(root.parent / "kernel")  # an absolute socket path
-            coursedir = _coursedir(config, root, spec, student)
+            coursedir = _coursedir(config, root, spec, student, db)
             seconds["prepare"] = time.perf_counter() - t0
 
             t = time.perf_counter()
@@ -447,6 +489,7 @@ def grade_submission(
             if watchdog is not None and watchdog.is_alive():
                 watchdog.stop()
             shutil.rmtree(root.parent, ignore_errors=True)
+            _gradebook_path().unlink(missing_ok=True)
         seconds["total"] = time.perf_counter() - t0
         result.seconds = seconds
         return result
