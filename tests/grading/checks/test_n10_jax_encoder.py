@@ -17,6 +17,7 @@ from torch import nn
 
 pytest.importorskip("flax.nnx")
 
+from encoder_lib.course import JAX_CACHE_READ_ONLY_VARIABLE
 from encoder_lib.grading import runner, vocabulary
 from encoder_lib.grading.checks import n10_jax_encoder
 from encoder_lib.grading.kernel import observe_jax
@@ -237,3 +238,28 @@ def test_in_a_kernel_compiled_programs_are_released_between_and_after_checks(mon
     for case in exercise.cases(False):
         ask(case.call)
     assert released[before:] == ["jax_layer_norm"]
+
+
+def test_a_grading_kernel_keeps_its_programs_across_exercises(monkeypatch):
+    """A grading kernel (its JAX cache read-only: a private copy of the instructor's) loads
+    every program from the cache and lives for one notebook: moving to another exercise
+    releases nothing, where the student's kernel would release."""
+    released: list[str] = []
+    monkeypatch.setattr(
+        observe_jax, "_release_compiled", lambda: released.append(observe_jax._SERVING[0])
+    )
+    monkeypatch.setattr(observe_jax, "_SERVING", [""])
+    monkeypatch.setattr(observe_jax, "_in_a_kernel", lambda: True)
+    namespace = NOTEBOOK.namespace()
+    ask = runner.local({"dropout": namespace["dropout"], "LayerNorm": namespace["LayerNorm"]})
+
+    def serve_both() -> None:
+        for name in ("test_jax_dropout", "test_jax_layer_norm"):
+            ask(next(iter(runner.EXERCISES[name].cases(False))).call)
+
+    monkeypatch.setenv(JAX_CACHE_READ_ONLY_VARIABLE, "1")
+    serve_both()
+    assert released == []
+    monkeypatch.delenv(JAX_CACHE_READ_ONLY_VARIABLE)
+    serve_both()
+    assert released == ["jax_dropout", "jax_layer_norm"]
