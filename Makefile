@@ -131,6 +131,7 @@ bench: setup
 	$(BIN)/python bench/bench_encoder.py
 	$(BIN)/python bench/bench_notebooks.py
 	$(BIN)/python bench/bench_grading.py
+	$(BIN)/python bench/bench_merge.py
 	$(BIN)/python bench/bench_capstone.py
 	$(BIN)/python bench/bench_decoder_demo.py
 	$(BIN)/python bench/bench_jax.py
