@@ -62,6 +62,7 @@ import bench_merge as M  # noqa: E402
 from nbgrader.api import Gradebook  # noqa: E402
 
 from encoder_lib.autograde import distributed as D  # noqa: E402
+from encoder_lib.autograde import jax_cache as J  # noqa: E402
 from encoder_lib.autograde import tasks as T  # noqa: E402
 from tools import throwaway_course as C  # noqa: E402
 from tools.build_course import assignments as course_assignments  # noqa: E402
@@ -261,6 +262,10 @@ def scheduler_overhead(client, n: int = 200) -> dict[str, float]:
 # --- 5. and the report ---------------------------------------------------------------------------
 
 
+def _sources(assignment: str) -> list[Path]:
+    return sorted((ROOT / "solutions" / assignment).glob("*.ipynb"))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--students", type=int, default=20)
@@ -292,6 +297,13 @@ def main(argv: list[str] | None = None) -> int:
         base = build_class(work / "base", assignments, args.students)
         seconds = time.perf_counter() - t
         print(f"class of {args.students} x {len(assignments)} built in {seconds:.0f} s")
+        # the instructor's JAX compile cache, built before grading as the docs say (and read
+        # by this process now, not inside the first notebook 10 it times)
+        if any(J.imports_jax(C.read(p)) for a in assignments for p in _sources(a)):
+            t = time.perf_counter()
+            cache = J.sealed()
+            said = f"{len(cache.files)} programs" if cache else "none (graded without)"
+            print(f"instructor's JAX compile cache: {said}, {time.perf_counter() - t:.1f} s")
         floors = [floor_once() for _ in range(args.repeats)]
         steps, runs = {}, {}
         for kind in args.kernels:
