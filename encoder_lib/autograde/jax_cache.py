@@ -16,7 +16,9 @@ program into the shared folder that the next student's kernel loads and runs. So
   the grader does it by itself, once, when the folder has no manifest.
 - The grading process reads the folder **once** (``sealed``), checking each file against the
   manifest, and keeps the files in its own memory (about 1 MB). What a kernel writes to the
-  folder afterwards is never read by that process again. ``python -m encoder_lib.autograde``
+  folder afterwards is never read by that process again; it reads it when its first
+  ``JudgeExecute`` is made, before its first kernel, if the cache is built (else before its first
+  notebook 10, which builds it). ``python -m encoder_lib.autograde``
   reads the manifest before any kernel starts and hands its digest to its workers (``pin``),
   which may read the folder later: they trust that manifest only.
 - Each graded notebook that imports JAX gets a **private copy** of those files in a new folder,
@@ -62,6 +64,7 @@ __all__ = [
     "pin",
     "imports_jax",
     "private_copy",
+    "read_if_built",
     "sealed",
 ]
 
@@ -191,6 +194,15 @@ def sealed(folder: Path | None = None, *, build_if_missing: bool = True) -> Seal
     if folder not in _SEALED:
         _SEALED[folder] = _read(folder, build_if_missing)
     return _SEALED[folder]
+
+
+def read_if_built() -> Sealed | None:
+    """``sealed()`` if the folder has a manifest, without building it: what a grading process
+    does before its first kernel, whatever it grades."""
+    folder = grading_cache_dir()
+    if folder is None or (folder not in _SEALED and not (folder / MANIFEST).is_file()):
+        return None
+    return sealed(folder)
 
 
 def _read(folder: Path, build_if_missing: bool) -> Sealed | None:

@@ -134,6 +134,9 @@ class JudgeExecute(Execute):
             from encoder_lib.autograde.warm_kernels import WarmKernelManager
 
             self.kernel_manager_class = WarmKernelManager
+        # Read the instructor's JAX cache now, before this process's first kernel runs a
+        # student's code (plain `nbgrader autograde` of any assignment), if it has been built.
+        jax_cache.read_if_built()
 
     def preprocess(self, nb, resources=None, km=None):
         self._ran: list[int] = []

@@ -157,6 +157,28 @@ def test_a_worker_trusts_only_the_manifest_pinned_before_grading(built, tmp_path
     assert jax_cache.sealed(copy, build_if_missing=False) is None
 
 
+def test_a_grading_process_reads_a_built_cache_before_its_first_kernel(
+    built, tmp_path, monkeypatch
+):
+    """Plain `nbgrader autograde` of any assignment makes its ``JudgeExecute`` before it runs a
+    notebook: a cache already built is read then, and what a kernel writes later is not seen."""
+    from encoder_lib.autograde.judge_execute import JudgeExecute
+
+    _, folder = built
+    copy = tmp_path / "cache"
+    shutil.copytree(folder, copy)
+    monkeypatch.setenv(jax_cache.GRADING_CACHE_VARIABLE, str(copy))
+    JudgeExecute()
+    for entry in copy.iterdir():
+        entry.write_bytes(b"planted")
+    sealed = jax_cache.sealed()
+    assert set(sealed.files) == set(_manifest(folder)) and sealed.rejected == ()
+    # a folder with no manifest is neither read nor built there
+    monkeypatch.setenv(jax_cache.GRADING_CACHE_VARIABLE, str(tmp_path / "not-built"))
+    JudgeExecute()
+    assert not (tmp_path / "not-built").exists()
+
+
 def test_no_folder_no_cache(tmp_path, monkeypatch):
     monkeypatch.setenv(jax_cache.GRADING_CACHE_VARIABLE, "")
     assert jax_cache.grading_cache_dir() is None and jax_cache.sealed() is None
