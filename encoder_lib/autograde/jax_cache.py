@@ -103,7 +103,7 @@ def _graded_cells(nb) -> list[int]:
     return keep
 
 
-def build(folder: Path, reference: Path = REFERENCE) -> dict[str, str]:
+def build(folder: Path, reference: Path | None = None) -> dict[str, str]:
     """Fill ``folder`` with the programs the reference solution's graded cells compile, and its
     manifest; returns the manifest's entries (file name -> SHA-256).
 
@@ -112,6 +112,7 @@ def build(folder: Path, reference: Path = REFERENCE) -> dict[str, str]:
     import nbformat
     from nbclient import NotebookClient
 
+    reference = REFERENCE if reference is None else reference
     notebook = next(reference.glob("*.ipynb")) if reference.is_dir() else reference
     nb = nbformat.read(notebook, as_version=4)
     folder = Path(folder)
@@ -196,21 +197,32 @@ def sealed(folder: Path | None = None, *, build_if_missing: bool = True) -> Seal
     return _SEALED[folder]
 
 
+_UNBUILT: set[Path] = set()
+"""Folders this process found without a manifest before its first kernel: a manifest there later
+may be a kernel's, so the process builds the cache itself before reading it."""
+
+
 def read_if_built() -> Sealed | None:
     """``sealed()`` if the folder has a manifest, without building it: what a grading process
-    does before its first kernel, whatever it grades."""
+    does before its first kernel, whatever it grades. A folder without one is noted as such."""
     folder = grading_cache_dir()
-    if folder is None or (folder not in _SEALED and not (folder / MANIFEST).is_file()):
+    if folder is None:
+        return None
+    if folder not in _SEALED and not (folder / MANIFEST).is_file():
+        _UNBUILT.add(folder)
         return None
     return sealed(folder)
 
 
 def _read(folder: Path, build_if_missing: bool) -> Sealed | None:
-    if not (folder / MANIFEST).is_file():
+    if folder in _UNBUILT or not (folder / MANIFEST).is_file():
         if not build_if_missing:
             return None
         with _lock(folder):
-            if not (folder / MANIFEST).is_file():  # another process may have built it meanwhile
+            # another process may have built it meanwhile; not trusted if it was missing when
+            # this process started grading
+            if folder in _UNBUILT or not (folder / MANIFEST).is_file():
+                _UNBUILT.discard(folder)
                 print(
                     f"Building the instructor's JAX compile cache in {folder} from "
                     f"{REFERENCE.name} (once; `python -m encoder_lib.autograde.jax_cache build`)",

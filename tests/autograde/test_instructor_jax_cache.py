@@ -173,10 +173,27 @@ def test_a_grading_process_reads_a_built_cache_before_its_first_kernel(
         entry.write_bytes(b"planted")
     sealed = jax_cache.sealed()
     assert set(sealed.files) == set(_manifest(folder)) and sealed.rejected == ()
-    # a folder with no manifest is neither read nor built there
-    monkeypatch.setenv(jax_cache.GRADING_CACHE_VARIABLE, str(tmp_path / "not-built"))
+
+
+def test_a_cache_missing_when_grading_began_is_built_by_the_grader(built, tmp_path, monkeypatch):
+    """A folder without a manifest when the grading process began is neither read nor built
+    then; at its first notebook 10 the process builds it itself, even if a manifest has
+    appeared meanwhile (a kernel's, with a planted program)."""
+    from encoder_lib.autograde.judge_execute import JudgeExecute
+
+    reference, folder = built
+    monkeypatch.setattr(jax_cache, "REFERENCE", reference)
+    later = tmp_path / "not-built"
+    monkeypatch.setenv(jax_cache.GRADING_CACHE_VARIABLE, str(later))
     JudgeExecute()
-    assert not (tmp_path / "not-built").exists()
+    assert not later.exists()
+    later.mkdir()
+    (later / "jit_squash-0000-cache").write_bytes(b"planted")
+    forged = {"entries": {"jit_squash-0000-cache": hashlib.sha256(b"planted").hexdigest()}}
+    (later / jax_cache.MANIFEST).write_text(json.dumps(forged))
+    sealed = jax_cache.sealed()
+    assert "jit_squash-0000-cache" not in sealed.files
+    assert set(sealed.files) == set(_manifest(folder)) == set(_manifest(later))
 
 
 def test_no_folder_no_cache(tmp_path, monkeypatch):
