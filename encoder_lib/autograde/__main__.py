@@ -4,7 +4,9 @@ Before any worker or kernel starts, the instructor's JAX compile cache is read (
 graded assignment imports JAX and there is none), and its manifest's digest handed to the workers
 (``jax_cache.pin``): a student's kernel that rewrites the folder reaches no later worker."""
 
+import contextlib
 import glob
+import io
 import sys
 
 import nbformat
@@ -14,10 +16,12 @@ from encoder_lib.autograde.distributed import Course, main, parse_args
 
 
 def _graded_sources_import_jax(argv: list[str]) -> bool:
-    try:
-        args = parse_args(argv)
-        course = Course.open(args.course_dir)
-    except SystemExit:  # the command's own parsing says what is wrong, below
+    quiet = io.StringIO()
+    try:  # the command's own parsing, below, says what is wrong (or prints --help) once
+        with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
+            args = parse_args(argv)
+            course = Course.open(args.course_dir)
+    except SystemExit:
         return False
     for pattern in args.assignments:
         for notebook in glob.glob(str(course.path("source", ".", pattern) / "*.ipynb")):

@@ -328,3 +328,17 @@ def test_a_kernel_cannot_plant_a_program_that_another_students_kernel_loads(buil
     for student in ("a_attacker", "b_victim"):
         scores = course.cell_scores(student, ASSIGNMENT, ASSIGNMENT)
         assert scores == {"test_squash": 1.0}, (student, scores)
+
+
+def test_the_grading_command_says_its_usage_once():
+    """``python -m encoder_lib.autograde`` looks at its arguments before its workers start (to
+    pin the cache), quietly: what is wrong with them, or ``--help``, is printed once."""
+    for args, stream in ((["--help"], "stdout"), ([], "stderr")):
+        proc = subprocess.run(
+            [sys.executable, "-m", "encoder_lib.autograde", *args],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        said = getattr(proc, stream)
+        assert said.count("usage:") == 1, said
