@@ -93,14 +93,16 @@ def grading_cache_dir() -> Path | None:
 
 def _graded_cells(nb) -> list[int]:
     """The code cells autograde runs: the setup cell, answer cells and test cells."""
-    keep = []
-    for index, cell in enumerate(nb.cells):
-        meta = cell.get("metadata", {}).get("nbgrader", {})
-        if cell.cell_type == "code" and (
-            meta.get("grade_id") == "setup" or meta.get("solution") or meta.get("grade")
-        ):
-            keep.append(index)
-    return keep
+    from nbgrader.utils import is_grade, is_solution
+
+    def is_setup(cell) -> bool:
+        return cell.metadata.get("nbgrader", {}).get("grade_id") == "setup"
+
+    return [
+        index
+        for index, cell in enumerate(nb.cells)
+        if cell.cell_type == "code" and (is_setup(cell) or is_solution(cell) or is_grade(cell))
+    ]
 
 
 def build(folder: Path, reference: Path | None = None) -> dict[str, str]:

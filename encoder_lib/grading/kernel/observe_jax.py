@@ -28,6 +28,8 @@ from typing import Any
 
 import torch
 
+from encoder_lib.course import JAX_CACHE_READ_ONLY_VARIABLE
+
 from . import observe
 from .observe import Call, Failure, Observation, Unfit, global_names, namespace_of
 
@@ -110,12 +112,8 @@ def _release_if_in_a_kernel() -> None:
     programs again was half of its test cells' time (measured 2026-11-29, load 1.2-1.5, a
     graded reference notebook 10 with every program found in the cache: test cells 7.7 s with
     the release, 3.9 s without; the kernel's peak 736-748 MB with it, 828-840 MB without)."""
-    if _in_a_kernel() and os.environ.get(_GRADING_CACHE) != "1":
+    if _in_a_kernel() and os.environ.get(JAX_CACHE_READ_ONLY_VARIABLE) != "1":
         _release_compiled()
-
-
-_GRADING_CACHE = "ENCODER_LAB_JAX_CACHE_READ_ONLY"
-"""``encoder_lib.course.JAX_CACHE_READ_ONLY_VARIABLE``: set to 1 in grading kernels only."""
 
 
 def release_after_a_check() -> None:
