@@ -229,6 +229,7 @@ def _mask_from_key(bits: torch.Tensor, rate: float, shape: tuple[int, ...]) -> t
 def _recording_dropout(target: Any, record: list[list[dict[str, Any]]]) -> Iterator[None]:
     """While the call runs, the notebook's ``dropout`` is the reference's, recording each call
     in ``record[-1]`` (one list per step of the module)."""
+    import jax
     import jax.numpy as jnp
 
     namespace = namespace_of(target)
@@ -256,7 +257,8 @@ def _recording_dropout(target: Any, record: list[list[dict[str, Any]]]) -> Itera
                 f"self.rngs.dropout()), not {type(key).__name__}"
             )
         entry["mask"] = _mask_from_key(entry["key"], rate, entry["shape"])
-        return jnp.where(jnp.asarray(entry["mask"].numpy()), x / (1.0 - rate), 0.0)
+        keep = jax.device_put(entry["mask"].numpy().copy())  # no program, as jax_bridge.to_jax
+        return jnp.where(keep, x / (1.0 - rate), 0.0)
 
     original = namespace["dropout"]
     namespace["dropout"] = dropout
