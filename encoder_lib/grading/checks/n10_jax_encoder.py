@@ -1308,6 +1308,50 @@ def _as_torch_state(block: Any, grads: Any) -> dict[str, torch.Tensor] | str:
 # --- the grader's side: PyTorch's AdamW, with one switch per mistake -----------------------------
 
 
+class _Adam:
+    """``torch.optim.AdamW`` (``decoupled=False``: ``torch.optim.Adam``) on CPU tensors, step for
+    step: both classes' ``step`` calls ``torch.optim.adam.adam``, PyTorch's functional Adam,
+    which this calls with the state and options they would give it (single-tensor path, as
+    they take on CPU; amsgrad off; eps 1e-8). Why not the classes: building the first
+    ``torch.optim`` optimiser of a process imports ``torch._dynamo`` and sympy, about 70 MB and
+    a second (measured 2026-11-29), and the visible check of exercise 7 judges in the student's
+    kernel (notebook 08's ``encoder_lib.pretraining.AdamW`` avoids it for the same reason).
+    The course's tests check that both give identical weights."""
+
+    def __init__(self, params, lr, betas, weight_decay, decoupled: bool = True):
+        self.params = [p for p in params if p.requires_grad]
+        self.lr, self.betas, self.weight_decay, self.decoupled = lr, betas, weight_decay, decoupled
+        self.exp_avgs = [torch.zeros_like(p) for p in self.params]
+        self.exp_avg_sqs = [torch.zeros_like(p) for p in self.params]
+        self.steps = [torch.tensor(0.0) for _ in self.params]
+
+    def zero_grad(self) -> None:
+        for p in self.params:
+            p.grad = None
+
+    @torch.no_grad()
+    def step(self) -> None:
+        from torch.optim.adam import adam
+
+        adam(
+            self.params,
+            [p.grad for p in self.params],
+            self.exp_avgs,
+            self.exp_avg_sqs,
+            [],
+            self.steps,
+            foreach=False,
+            decoupled_weight_decay=self.decoupled,
+            amsgrad=False,
+            beta1=self.betas[0],
+            beta2=self.betas[1],
+            lr=self.lr,
+            weight_decay=self.weight_decay,
+            eps=1e-8,
+            maximize=False,
+        )
+
+
 def _replay(
     state: Mapping[str, torch.Tensor],
     batches: Sequence[tuple[torch.Tensor, torch.Tensor]],
@@ -1324,9 +1368,9 @@ def _replay(
     layer.load_state_dict(state)
     layer.eval()  # deterministic=True: no dropout
 
-    def optimiser() -> torch.optim.Optimizer:
-        if way == "l2":
-            return torch.optim.Adam(layer.parameters(), lr, betas, weight_decay=weight_decay)
+    def optimiser() -> _Adam:
+        if way == "l2":  # torch.optim.Adam(weight_decay=...)
+            return _Adam(layer.parameters(), lr, betas, weight_decay, decoupled=False)
         b, wd, rate = betas, weight_decay, lr
         if way == "betas swapped":
             b = (betas[1], betas[0])
@@ -1334,7 +1378,7 @@ def _replay(
             rate, wd = weight_decay, lr
         elif way == "no decay":
             wd = 0.0
-        return torch.optim.AdamW(layer.parameters(), rate, b, weight_decay=wd)
+        return _Adam(layer.parameters(), rate, b, wd)
 
     opt = optimiser()
     steps = []

@@ -179,6 +179,58 @@ def test_the_grader_s_side_never_imports_jax():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+@pytest.mark.parametrize(
+    "way", ["", "l2", "betas swapped", "lr and wd swapped", "no decay", "fresh state"]
+)
+def test_the_training_step_s_replay_is_torch_optim_s_adamw(way):
+    """The grader's replay of exercise 7 (PyTorch's functional Adam, called as the classes call
+    it) ends every step with the weights ``torch.optim.AdamW`` (``Adam`` for L2) gives, bit for
+    bit, for the reference and for each named mistake."""
+    case = next(n10_jax_encoder._cases(False))
+    state, batches = case.call.state, case.call.options["batches"]
+    lr, betas, wd = case.call.options["hyper"]
+    D, H, d_ff = n10_jax_encoder._SIZES
+    layer = nn.TransformerEncoderLayer(D, H, d_ff, 0.1, batch_first=True)
+    layer.load_state_dict(state)
+    layer.eval()
+
+    def optimiser():
+        if way == "l2":
+            return torch.optim.Adam(layer.parameters(), lr, betas, weight_decay=wd)
+        rate, b, decay = lr, betas, wd
+        if way == "betas swapped":
+            b = betas[::-1]
+        elif way == "lr and wd swapped":
+            rate, decay = wd, lr
+        elif way == "no decay":
+            decay = 0.0
+        return torch.optim.AdamW(layer.parameters(), rate, b, weight_decay=decay)
+
+    replayed = n10_jax_encoder._replay(state, batches, lr, betas, wd, way)
+    opt = optimiser()
+    for (x, y), step in zip(batches, replayed, strict=True):
+        opt = optimiser() if way == "fresh state" else opt
+        opt.zero_grad()
+        F.mse_loss(layer(x), y).backward()
+        opt.step()
+        for name, p in layer.named_parameters():
+            assert torch.equal(step["parameters"][name], p.detach()), (way, name)
+
+
+def test_the_training_step_s_replay_builds_no_torch_optimiser():
+    """Judging exercise 7 (in the student's kernel, for the visible check) never imports
+    ``torch._dynamo``, which building a ``torch.optim`` optimiser does (about 70 MB)."""
+    code = (
+        "import sys\n"
+        "from encoder_lib.grading.checks import n10_jax_encoder as n10\n"
+        "case = next(n10._cases(False))\n"
+        "o = case.call.options\n"
+        "n10._replay(case.call.state, o['batches'], *o['hyper'])\n"
+        "assert 'torch._dynamo' not in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
 def test_in_a_cell_the_release_waits_for_the_end_of_the_cell(monkeypatch):
     """In a kernel's cell the programs of a check are released when the cell ends (IPython's
     post_run_cell), not between the visible check and the hidden one of one test cell, which
