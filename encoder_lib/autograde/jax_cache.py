@@ -31,6 +31,12 @@ Where the folder is: ``$ENCODER_LAB_GRADING_JAX_CACHE``, else ``encoder_lab/jax-
 ``$XDG_CACHE_HOME`` (``~/.cache`` by default). ``ENCODER_LAB_GRADING_JAX_CACHE=`` (empty): no
 cache, each grading kernel compiles its own programs. After upgrading JAX, build it again (JAX
 keys its programs by its own version: stale entries are simply not found).
+
+A cache goes **out of date** when what decides its programs changes: JAX, jaxlib or Flax, the
+reference notebook it was built from, or ``encoder_lib``'s source (the checks' cases and their
+shapes live there). Its manifest records all of them (``built_from``); a grading process that
+finds them changed treats the folder as unbuilt and builds it again, once (about 25 s), rather
+than grade every notebook 10 with programs that are no longer there.
 """
 
 from __future__ import annotations
@@ -136,7 +142,12 @@ def build(folder: Path, reference: Path | None = None) -> dict[str, str]:
         entries = {p.name: _sha256(p.read_bytes()) for p in sorted(fresh.iterdir()) if p.is_file()}
         if not entries:
             raise RuntimeError(f"{notebook.name}'s graded cells compiled no JAX program")
-        manifest = {"jax": _version("jax"), "jaxlib": _version("jaxlib"), "entries": entries}
+        manifest = {
+            "jax": _version("jax"),
+            "jaxlib": _version("jaxlib"),
+            "built_from": _built_from(notebook),
+            "entries": entries,
+        }
         (fresh / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
         old = folder.with_name(f".{folder.name}-old-{os.getpid()}")
         if folder.exists():
@@ -146,6 +157,31 @@ def build(folder: Path, reference: Path | None = None) -> dict[str, str]:
         return entries
     finally:
         shutil.rmtree(fresh, ignore_errors=True)
+
+
+def _built_from(notebook: Path) -> dict[str, str]:
+    """What the programs depend on, JAX aside: the reference notebook (where it is, and its
+    SHA-256), ``encoder_lib``'s Python source (one SHA-256 over every file) and the versions of
+    JAX, jaxlib and Flax."""
+    library = Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256()
+    for path in sorted(library.rglob("*.py")):
+        digest.update(path.relative_to(library).as_posix().encode() + b"\0" + path.read_bytes())
+    return {
+        "reference": str(notebook.resolve()),
+        "reference_sha256": _sha256(notebook.read_bytes()),
+        "encoder_lib_sha256": digest.hexdigest(),
+        "versions": " ".join(f"{n}=={_version(n)}" for n in ("jax", "jaxlib", "flax")),
+    }
+
+
+def _is_current(folder: Path) -> bool:
+    """Whether ``folder`` has a manifest built from what is here now (``_built_from``)."""
+    try:
+        recorded = json.loads((folder / MANIFEST).read_text())["built_from"]
+        return recorded == _built_from(Path(recorded["reference"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
 
 
 def _version(name: str) -> str:
@@ -200,33 +236,35 @@ def sealed(folder: Path | None = None, *, build_if_missing: bool = True) -> Seal
 
 
 _UNBUILT: set[Path] = set()
-"""Folders this process found without a manifest before its first kernel: a manifest there later
-may be a kernel's, so the process builds the cache itself before reading it."""
+"""Folders this process found without a current manifest before its first kernel: a manifest
+there later may be a kernel's, so the process builds the cache itself before reading it."""
 
 
 def read_if_built() -> Sealed | None:
-    """``sealed()`` if the folder has a manifest, without building it: what a grading process
-    does before its first kernel, whatever it grades. A folder without one is noted as such."""
+    """``sealed()`` if the folder has a current manifest, without building it: what a grading
+    process does before its first kernel, whatever it grades. A folder without one (or with an
+    out-of-date one) is noted as such."""
     folder = grading_cache_dir()
     if folder is None:
         return None
-    if folder not in _SEALED and not (folder / MANIFEST).is_file():
+    if folder not in _SEALED and not _is_current(folder):
         _UNBUILT.add(folder)
         return None
     return sealed(folder)
 
 
 def _read(folder: Path, build_if_missing: bool) -> Sealed | None:
-    if folder in _UNBUILT or not (folder / MANIFEST).is_file():
+    if folder in _UNBUILT or not _is_current(folder):
         if not build_if_missing:
             return None
         with _lock(folder):
             # another process may have built it meanwhile; not trusted if it was missing when
             # this process started grading
-            if folder in _UNBUILT or not (folder / MANIFEST).is_file():
+            if folder in _UNBUILT or not _is_current(folder):
                 _UNBUILT.discard(folder)
+                why = "out of date" if (folder / MANIFEST).is_file() else "not built"
                 print(
-                    f"Building the instructor's JAX compile cache in {folder} from "
+                    f"Building the instructor's JAX compile cache in {folder} ({why}) from "
                     f"{REFERENCE.name} (once; `python -m encoder_lib.autograde.jax_cache build`)",
                     file=sys.stderr,
                 )

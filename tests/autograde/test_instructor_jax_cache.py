@@ -196,6 +196,50 @@ def test_a_cache_missing_when_grading_began_is_built_by_the_grader(built, tmp_pa
     assert set(sealed.files) == set(_manifest(folder)) == set(_manifest(later))
 
 
+def _rewrite(folder: Path, change) -> None:
+    manifest = json.loads((folder / jax_cache.MANIFEST).read_text())
+    change(manifest["built_from"])
+    (folder / jax_cache.MANIFEST).write_text(json.dumps(manifest))
+
+
+def test_a_cache_built_from_other_sources_is_out_of_date(built, tmp_path):
+    """The manifest records what the programs were built from; another encoder_lib, another
+    JAX, or a reference notebook edited since, and the folder is not read."""
+    reference, folder = built
+    assert jax_cache.sealed(folder, build_if_missing=False) is not None
+    moved = tmp_path / "solutions" / reference.name
+    moved.parent.mkdir()
+    shutil.copy(reference, moved)
+    for name, change in {
+        "library": lambda b: b.update(encoder_lib_sha256="0" * 64),
+        "versions": lambda b: b.update(versions="jax==0.0 jaxlib==0.0 flax==0.0"),
+        "reference": lambda b: b.update(reference=str(moved)),
+    }.items():
+        copy = tmp_path / name
+        shutil.copytree(folder, copy)
+        _rewrite(copy, change)
+        current = jax_cache._is_current(copy)
+        assert current == (name == "reference"), name  # the same notebook, elsewhere
+    moved.write_text(moved.read_text().replace("squash", "squish"))
+    assert not jax_cache._is_current(tmp_path / "reference")
+    assert jax_cache.sealed(tmp_path / "reference", build_if_missing=False) is None
+
+
+def test_an_out_of_date_cache_is_built_again_by_the_grader(built, tmp_path, monkeypatch):
+    from encoder_lib.autograde.judge_execute import JudgeExecute
+
+    reference, folder = built
+    monkeypatch.setattr(jax_cache, "REFERENCE", reference)
+    stale = tmp_path / "stale"
+    shutil.copytree(folder, stale)
+    _rewrite(stale, lambda b: b.update(encoder_lib_sha256="0" * 64))
+    monkeypatch.setenv(jax_cache.GRADING_CACHE_VARIABLE, str(stale))
+    JudgeExecute()
+    assert jax_cache._SEALED.get(stale) is None and not jax_cache._is_current(stale)
+    sealed = jax_cache.sealed()
+    assert jax_cache._is_current(stale) and set(sealed.files) == set(_manifest(folder))
+
+
 def test_no_folder_no_cache(tmp_path, monkeypatch):
     monkeypatch.setenv(jax_cache.GRADING_CACHE_VARIABLE, "")
     assert jax_cache.grading_cache_dir() is None and jax_cache.sealed() is None
