@@ -82,7 +82,7 @@ def use_jax_compilation_cache(path: str | None = None) -> str | None:
     compiling them again; returns the folder, or None when there is none.
 
     Run eagerly, JAX compiles every operation for every new input shape (about 90 ms each here);
-    notebook 10's checks need about 240 such programs, and every fresh kernel (a restart, Run
+    notebook 10's checks need about 160 such programs, and every fresh kernel (a restart, Run
     All, each submission at autograde) compiled them all again. From JAX's persistent cache a
     program loads in about 25 ms (measured on this course's 2-core machine: 400 additions of new
     shapes, 36 s compiled, 11 s loaded; the judged cells of notebook 10, 18-22 s compiled,

@@ -44,7 +44,7 @@ def to_jax(t: torch.Tensor) -> jax.Array:
 
     ``jax.device_put`` of a NumPy copy, not ``jnp.asarray``: run eagerly, ``jnp.asarray``
     compiles an identity program (``stage``) for every new shape and dtype, 31 of the 241
-    programs notebook 10's checks compiled (measured 2026-11-29); the copy keeps the array
+    programs notebook 10's checks compiled before (measured 2026-11-29); the copy keeps the array
     from sharing memory with ``t``, which may change in place."""
     return jax.device_put(np.array(t.detach().cpu().numpy(), copy=True))
 
