@@ -187,6 +187,16 @@ KERNELS = {
 }
 
 
+def _import_jax(assignments) -> bool:
+    """Whether a graded notebook imports JAX (its warm kernels come from a source of their own,
+    started before the clock as the other one is)."""
+    return any(
+        J.imports_jax(C.read(path))
+        for path in map(C.source_notebook, assignments)
+        if path is not None
+    )
+
+
 def profile(
     course: C.Course, assignments: list[str], overrides: tuple[str, ...] = ()
 ) -> dict[str, dict[str, float]]:
@@ -199,6 +209,7 @@ def profile(
         specs[assignments[0]],
         T.Submission("s001", assignments[0], dc.files("submitted", "s001", assignments[0])),
     )
+    T.warm_up("--JudgeExecute.kernels=warm" in overrides, with_jax=_import_jax(assignments))
     for a in assignments:
         sub = T.Submission("s000", a, dc.files("submitted", "s000", a))
         with CellClock() as clock:
@@ -225,7 +236,11 @@ def grade_class(
     start = time.perf_counter()
     with D.open_client(None, workers) as client:
         client.wait_for_workers(workers)
-        client.run(T.warm_up, "--JudgeExecute.kernels=warm" in overrides)
+        client.run(
+            T.warm_up,
+            "--JudgeExecute.kernels=warm" in overrides,
+            _import_jax(p.name for p in (course.root / "solutions").iterdir()),
+        )
         started = time.perf_counter() - start
         summary = D.grade(dc, ["*"], client, progress=False, overrides=overrides)
         overhead = scheduler_overhead(client) if workers > 1 else {}

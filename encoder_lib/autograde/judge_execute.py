@@ -59,6 +59,7 @@ from traitlets import Enum
 from encoder_lib.autograde import authorship, jax_cache, records, scratch
 from encoder_lib.autograde.disable_code_above_setup import DISABLED
 from encoder_lib.autograde.kernel_ask import KernelAsk
+from encoder_lib.autograde.warm_kernels import WITH_JAX_VARIABLE
 from encoder_lib.grading import runner
 from encoder_lib.grading.feedback import GradingError, NotWrittenYet
 
@@ -143,9 +144,12 @@ class JudgeExecute(Execute):
         """The code cells the kernel has run, by index: what a restarted kernel runs again."""
         self._hung: list[str] = []
         """The sources of the cells that hung: what they define is missing after the restart."""
-        cache = jax_cache.sealed() if jax_cache.imports_jax(nb) else None
+        imports_jax = jax_cache.imports_jax(nb)
+        cache = jax_cache.sealed() if imports_jax else None
         with jax_cache.private_copy(cache, scratch.scratch_root()) as copied:
             self._kernel_env = jax_cache.kernel_environment(copied)
+            # a warm kernel then comes from the source that has imported JAX too
+            self._kernel_env[WITH_JAX_VARIABLE] = "1" if imports_jax else ""
             return super().preprocess(nb, resources, km)
 
     async def async_start_new_kernel(self, **kwargs):

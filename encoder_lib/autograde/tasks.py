@@ -196,9 +196,10 @@ def _shared_engines():
             engine.dispose()
 
 
-def warm_up(warm_kernels: bool = False) -> str:
+def warm_up(warm_kernels: bool = False, with_jax: bool = False) -> str:
     """Import what grading needs (run once per worker before the clock starts, optional); with
-    ``warm_kernels``, also start the warm kernel source, which the first kernel would start."""
+    ``warm_kernels``, also start the warm kernel source, which the first kernel would start
+    (and, ``with_jax``, the source of the kernels of notebooks that import JAX)."""
     import nbconvert.exporters  # noqa: F401
     import nbgrader.converters
     import nbgrader.preprocessors  # noqa: F401
@@ -212,6 +213,8 @@ def warm_up(warm_kernels: bool = False) -> str:
         from encoder_lib.autograde.warm_kernels import start_source
 
         start_source()
+        if with_jax:
+            start_source(with_jax=True)
     return f"{socket.gethostname()}:{os.getpid()}"
 
 

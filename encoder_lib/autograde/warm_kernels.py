@@ -27,6 +27,9 @@ Why this is safe, and where it is not:
 - **Stale code.** The source keeps the code it imported: after editing ``encoder_lib``, start a
   new grading command (each starts its own source).
 
+A notebook that imports JAX (10) has its kernels forked from a second source, which has imported
+JAX, Flax and optax as well (``PRELOAD_JAX``; asked for with ``WITH_JAX_VARIABLE``).
+
 ``WarmProvisioner`` is the jupyter_client kernel provisioner that uses it (entry point
 ``encoder-lab-warm`` in pyproject.toml). A kernel whose command is not this interpreter running
 ``ipykernel_launcher``, or a source that cannot be started or reached, is launched cold, exactly
@@ -59,7 +62,15 @@ from jupyter_client.provisioning.local_provisioner import LocalProvisioner
 
 from encoder_lib.autograde import scratch
 
-__all__ = ["PRELOAD", "WarmKernelManager", "WarmProvisioner", "serve", "start_source"]
+__all__ = [
+    "PRELOAD",
+    "PRELOAD_JAX",
+    "WITH_JAX_VARIABLE",
+    "WarmKernelManager",
+    "WarmProvisioner",
+    "serve",
+    "start_source",
+]
 
 PRELOAD = (
     "math",
@@ -77,7 +88,18 @@ PRELOAD = (
     "encoder_lib.course",
 )
 """What every notebook's setup cell imports (``SETUP_NAMES``), and the kernel itself; JAX is not
-preloaded (notebook 10 imports it: 113 MB that the other nine would carry for nothing)."""
+preloaded here (notebook 10 imports it: 113 MB that the other notebooks would carry for
+nothing)."""
+
+PRELOAD_JAX = ("jax", "jax.numpy", "flax.nnx", "optax")
+"""What a notebook that imports JAX (10) also imports, in a warm source of its own: its kernels
+are asked for with ``WITH_JAX_VARIABLE`` set to 1 in their environment (``JudgeExecute`` does,
+for a notebook with a line importing JAX or Flax). Importing JAX starts nothing a fork breaks:
+its runtime and its threads start at its first operation, in the kernel (JAX warns at a fork
+only once its runtime has started). JAX reads a few ``JAX_*`` variables as it is imported: the
+source's, which are the grading process's, as a cold kernel's would be."""
+
+WITH_JAX_VARIABLE = "ENCODER_LAB_WARM_WITH_JAX"
 
 _LAUNCHER = "ipykernel_launcher"
 START_TIMEOUT = 120.0
@@ -88,8 +110,9 @@ _READY = b"ready\n"
 # --- the source: imports once, forks one child per kernel ----------------------------------------
 
 
-def serve(path: str) -> None:
-    """Import ``PRELOAD``, listen on the Unix socket ``path``, fork a kernel per request."""
+def serve(path: str, with_jax: bool = False) -> None:
+    """Import ``PRELOAD`` (and ``PRELOAD_JAX``), listen on the Unix socket ``path``, fork a kernel
+    per request."""
     import importlib
 
     parent = os.getppid()
@@ -100,7 +123,7 @@ def serve(path: str) -> None:
     # matplotlib reads MPLBACKEND when it is imported: each child tells it the kernel's backend
     # (see _become_kernel).
     os.environ.pop("MPLBACKEND", None)
-    for name in PRELOAD:
+    for name in (*PRELOAD, *PRELOAD_JAX) if with_jax else PRELOAD:
         importlib.import_module(name)
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
@@ -206,15 +229,22 @@ def _reap(waiting: dict[int, socket.socket]) -> None:
 
 
 class _Source:
-    """The warm source this process started (one per process; started again if it died)."""
+    """A warm source this process started (one of each kind per process, the kind with JAX only
+    when a notebook that imports it is graded; started again if it died)."""
 
-    def __init__(self) -> None:
+    def __init__(self, with_jax: bool = False) -> None:
         # The folder holds the socket; one that a killed grading process left behind is
         # removed by the next source on the machine.
         self.folder = scratch.make("encoder-lab-warm", Path(tempfile.gettempdir()))
         self.path = str(self.folder / "source.sock")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "encoder_lib.autograde.warm_kernels", self.path],
+            [
+                sys.executable,
+                "-m",
+                "encoder_lib.autograde.warm_kernels",
+                self.path,
+                *(["--jax"] if with_jax else []),
+            ],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             cwd=self.folder,
@@ -254,23 +284,25 @@ class _Source:
 
 
 _LOCK = threading.Lock()
-_SOURCE: list[_Source] = []
+_SOURCE: dict[bool, _Source] = {}
+"""This process's sources, by whether they import JAX."""
 
 
-def _source() -> _Source:
+def _source(with_jax: bool = False) -> _Source:
     with _LOCK:
-        if _SOURCE and not _SOURCE[0].alive():
-            _SOURCE.pop().stop()
-        if not _SOURCE:
-            _SOURCE.append(_Source())
-            atexit.register(_SOURCE[0].stop)
-        return _SOURCE[0]
+        if with_jax in _SOURCE and not _SOURCE[with_jax].alive():
+            _SOURCE.pop(with_jax).stop()
+        if with_jax not in _SOURCE:
+            _SOURCE[with_jax] = _Source(with_jax)
+            atexit.register(_SOURCE[with_jax].stop)
+        return _SOURCE[with_jax]
 
 
-def start_source() -> None:
-    """Start this process's warm source now, if it is not running (the first warm kernel would
-    start it): a grading worker can pay for its imports before the clock starts."""
-    _source()
+def start_source(with_jax: bool = False) -> None:
+    """Start this process's warm source now (the one that also imports JAX, with ``with_jax``),
+    if it is not running (the first warm kernel would start it): a grading worker can pay for
+    its imports before the clock starts."""
+    _source(with_jax)
 
 
 class _ForkedKernel:
@@ -355,7 +387,7 @@ class WarmProvisioner(LocalProvisioner):
             env.setdefault("JPY_PARENT_PID", str(os.getpid()))  # as jupyter_client's launcher
             cwd = str(kwargs.get("cwd") or os.getcwd())
             try:
-                forked = _source().fork(argv, env, cwd)
+                forked = _source(env.get(WITH_JAX_VARIABLE) == "1").fork(argv, env, cwd)
             except (OSError, ValueError, KeyError) as problem:
                 self.log.warning(
                     "warm kernel source unavailable (%s): starting a cold kernel", problem
@@ -382,4 +414,4 @@ class WarmKernelManager(AsyncKernelManager):
 
 
 if __name__ == "__main__":
-    serve(sys.argv[1])
+    serve(sys.argv[1], with_jax="--jax" in sys.argv[2:])
