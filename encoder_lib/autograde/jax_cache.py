@@ -29,8 +29,7 @@ program into the shared folder that the next student's kernel loads and runs. So
 
 Where the folder is: ``$ENCODER_LAB_GRADING_JAX_CACHE``, else ``encoder_lab/jax-grading`` under
 ``$XDG_CACHE_HOME`` (``~/.cache`` by default). ``ENCODER_LAB_GRADING_JAX_CACHE=`` (empty): no
-cache, each grading kernel compiles its own programs. After upgrading JAX, build it again (JAX
-keys its programs by its own version: stale entries are simply not found).
+cache, each grading kernel compiles its own programs.
 
 A cache goes **out of date** when what decides its programs changes: JAX, jaxlib or Flax, the
 reference notebook it was built from, or ``encoder_lib``'s source (the checks' cases and their
@@ -142,12 +141,7 @@ def build(folder: Path, reference: Path | None = None) -> dict[str, str]:
         entries = {p.name: _sha256(p.read_bytes()) for p in sorted(fresh.iterdir()) if p.is_file()}
         if not entries:
             raise RuntimeError(f"{notebook.name}'s graded cells compiled no JAX program")
-        manifest = {
-            "jax": _version("jax"),
-            "jaxlib": _version("jaxlib"),
-            "built_from": _built_from(notebook),
-            "entries": entries,
-        }
+        manifest = {"built_from": _built_from(notebook), "entries": entries}
         (fresh / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
         old = folder.with_name(f".{folder.name}-old-{os.getpid()}")
         if folder.exists():

@@ -229,8 +229,9 @@ def _mask_from_key(bits: torch.Tensor, rate: float, shape: tuple[int, ...]) -> t
 def _recording_dropout(target: Any, record: list[list[dict[str, Any]]]) -> Iterator[None]:
     """While the call runs, the notebook's ``dropout`` is the reference's, recording each call
     in ``record[-1]`` (one list per step of the module)."""
-    import jax
     import jax.numpy as jnp
+
+    from encoder_lib.jax_bridge import to_jax
 
     namespace = namespace_of(target)
     if not isinstance(namespace, dict) or not callable(namespace.get("dropout")):
@@ -257,8 +258,7 @@ def _recording_dropout(target: Any, record: list[list[dict[str, Any]]]) -> Itera
                 f"self.rngs.dropout()), not {type(key).__name__}"
             )
         entry["mask"] = _mask_from_key(entry["key"], rate, entry["shape"])
-        keep = jax.device_put(entry["mask"].numpy().copy())  # no program, as jax_bridge.to_jax
-        return jnp.where(keep, x / (1.0 - rate), 0.0)
+        return jnp.where(to_jax(entry["mask"]), x / (1.0 - rate), 0.0)
 
     original = namespace["dropout"]
     namespace["dropout"] = dropout
